@@ -1,0 +1,56 @@
+"""Synthetic data sets, batched over instances: shapes are (instances, batch, features)."""
+import torch
+
+from .seeding import check_seeds, generator
+
+
+def check_size(name, value, minimum=1):
+    """An integer size of at least ``minimum``; a clear error otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}; got {value!r}")
+    return value
+
+
+def check_probability(name, values):
+    """A float or sequence of floats in [0, 1]; a clear error otherwise."""
+    tensor = torch.as_tensor(values, dtype=torch.float64)
+    if tensor.dim() > 1 or not torch.all((tensor >= 0) & (tensor <= 1)):
+        raise ValueError(f"{name} must be a number or a list of numbers in [0, 1]; got {values!r}")
+    return tensor
+
+
+class SparseUniform:
+    """x_i = c_i u_i with c_i ~ Bernoulli(1 - S) and u_i ~ U[0, 1], independently per feature.
+
+    One stream per instance (from its seed), so an instance's data does not depend on which other
+    instances share the batch. ``sparsity`` is one S for all instances or one per instance.
+    """
+
+    def __init__(self, seeds, features, sparsity, device="cpu", dtype=torch.float32):
+        self.seeds = check_seeds(seeds)
+        self.features = check_size("features", features)
+        sparsity = check_probability("sparsity", sparsity)
+        if sparsity.dim() == 1 and len(sparsity) != len(self.seeds):
+            raise ValueError(f"sparsity has {len(sparsity)} values for {len(self.seeds)} instances")
+        self.density = (1 - sparsity).expand(len(self.seeds)).to(device=device, dtype=dtype)
+        self.device, self.dtype = device, dtype
+        self.generators = [generator(seed, "data", device) for seed in self.seeds]
+
+    def sample(self, batch):
+        """A fresh batch, shape (instances, batch, features)."""
+        check_size("batch", batch)
+        shape = (batch, self.features)
+        per_instance = []
+        for g, density in zip(self.generators, self.density):
+            values = torch.rand(shape, generator=g, device=self.device, dtype=self.dtype)
+            active = torch.rand(shape, generator=g, device=self.device, dtype=self.dtype) < density
+            per_instance.append(values * active)
+        return torch.stack(per_instance)
+
+
+def basis_vectors(instances, features, device="cpu", dtype=torch.float32):
+    """The data set of all one-hot vectors e_1..e_n for each instance: (instances, features, features)."""
+    check_size("instances", instances)
+    check_size("features", features)
+    eye = torch.eye(features, device=device, dtype=dtype)
+    return eye.expand(instances, features, features).clone()

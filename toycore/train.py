@@ -71,7 +71,8 @@ def train(model, data, *, steps, lr, optimizer="sgd", record_at=None, metrics=No
             recorded_loss.append(loss.detach().cpu())
             with torch.no_grad():
                 for name, fn in metrics.items():
-                    recorded_metrics[name].append(fn(model).detach().cpu())
+                    # clone: on the CPU, detach().cpu() of a parameter is a view that later steps overwrite
+                    recorded_metrics[name].append(fn(model).detach().cpu().clone())
             next_record += 1
         if step == steps:
             break

@@ -1,0 +1,75 @@
+"""Build the whole book in the `ci` profile once, then check what a reader would get."""
+import json
+import re
+
+import pytest
+from bs4 import BeautifulSoup
+
+from toycore import book
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    build_dir = tmp_path_factory.mktemp("book")
+    index = book.build("ci", build_dir, log=lambda message: None)
+    return build_dir, index
+
+
+def chapter_pages(build_dir):
+    return {p.stem: build_dir / "html" / "chapters" / f"{p.stem}.html" for p in book.chapters()}
+
+
+def test_index_and_every_chapter_page_exist(built):
+    build_dir, index = built
+    assert index.exists()
+    for page in chapter_pages(build_dir).values():
+        assert page.exists()
+
+
+def test_chapter_pages_have_figures_widgets_and_no_errors(built):
+    build_dir, _ = built
+    for stem, page in chapter_pages(build_dir).items():
+        html = page.read_text()
+        soup = BeautifulSoup(html, "html.parser")
+        images = [img for img in soup.find_all("img") if img.get("src", "").startswith(("../_images", "data:"))]
+        assert len(images) >= 5, f"{stem}: only {len(images)} figures"
+        state = soup.find("script", type="application/vnd.jupyter.widget-state+json")
+        assert state is not None, f"{stem}: no embedded widget state"
+        models = json.loads(state.string)["state"]
+        assert any(m["model_name"] == "StackModel" for m in models.values())
+        assert any(m["model_name"] == "LinkModel" for m in models.values())
+        views = soup.find_all("script", type="application/vnd.jupyter.widget-view+json")
+        assert len(views) >= 2
+        assert "Traceback" not in html and "output stderr" not in html
+        assert not re.search(r"\b(Error|Exception):", soup.get_text()), f"{stem}: error text"
+
+
+def test_ledgers_are_written_pass_and_reach_the_intro(built):
+    build_dir, _ = built
+    for stem in chapter_pages(build_dir):
+        rows = json.loads((build_dir / "claims" / f"{stem}.json").read_text())
+        assert rows and all(r["profile"] == "ci" for r in rows)
+        failing = [r["id"] for r in rows if not r["passed"]]
+        assert not failing, f"{stem}: claims that did not reproduce in ci: {failing}"
+    intro = (build_dir / "html" / "intro.html").read_text()
+    assert "do not reproduce" in intro  # the summary table replaced the marker
+    for stem in chapter_pages(build_dir):
+        assert f"chapters/{stem}.html" in intro
+
+
+def test_a_failing_cell_fails_the_build_naming_chapter_and_cell(tmp_path):
+    import nbformat
+
+    notebook = tmp_path / "_failing_probe.ipynb"
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("profile = None"),
+                                         nbformat.v4.new_code_cell("1 / 0")])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, notebook)
+    with pytest.raises(book.BuildError, match=r"_failing_probe.ipynb: cell 1 .*`1 / 0`.*ZeroDivisionError"):
+        book.execute_chapter(notebook, tmp_path / "out.ipynb", "ci")
+
+
+def test_unknown_profile_is_refused_before_any_work(tmp_path):
+    with pytest.raises(ValueError, match="profile must be one of"):
+        book.build("gpu", tmp_path)
+    assert list(tmp_path.iterdir()) == []

@@ -1,0 +1,74 @@
+import json
+
+import pytest
+
+from toycore import cache, profiles
+from toycore.claims import Ledger, load_ledgers
+
+
+def test_ledger_verdicts_and_record(tmp_path, monkeypatch):
+    monkeypatch.setenv("TOYCORE_BUILD_DIR", str(tmp_path))
+    ledger = Ledger("99_example", "ci")
+    assert ledger.check("a", "close", "§1", 1.0, 1.05, 0.1)["passed"]
+    assert not ledger.check("b", "too far", "§1", 1.0, 1.2, 0.1)["passed"]
+    assert ledger.check("c", "relative", "§2", 100.0, 104.0, 0.05, compare="rel")["passed"]
+    assert not ledger.check("d", "upper bound", "§2", 0.0, 2e-6, 1e-6, compare="le")["passed"]
+    assert ledger.check("e", "lower bound", "§3", 0.01, 0.5, 0.0, compare="ge", spread=0.1)["passed"]
+    assert not ledger.all_passed
+    path = ledger.save()
+    assert path == tmp_path / "claims" / "99_example.json"
+    rows = json.loads(path.read_text())
+    assert [r["id"] for r in rows] == list("abcde")
+    for key in ("id", "claim", "source", "expected", "measured", "tolerance", "passed", "profile"):
+        assert all(key in r for r in rows)
+    assert rows[0]["profile"] == "ci" and rows[4]["spread"] == 0.1
+    assert load_ledgers(tmp_path / "claims") == {"99_example": rows}
+    html = ledger.table()._repr_html_()
+    assert "3 of 5 reproduce" in html and html.count("does not reproduce") == 2
+
+
+def test_ledger_rejects_bad_rows():
+    ledger = Ledger("x", "ci")
+    ledger.check("a", "c", "s", 1, 1, 0)
+    with pytest.raises(ValueError, match="duplicate"):
+        ledger.check("a", "c", "s", 1, 1, 0)
+    with pytest.raises(ValueError, match="compare"):
+        ledger.check("b", "c", "s", 1, 1, 0, compare="approx")
+    with pytest.raises(ValueError, match="NaN"):
+        ledger.check("b", "c", "s", 1, float("nan"), 0)
+    with pytest.raises(ValueError, match="tolerance"):
+        ledger.check("b", "c", "s", 1, 1, -1)
+
+
+def test_profiles(monkeypatch):
+    monkeypatch.delenv("TOYCORE_PROFILE", raising=False)
+    assert profiles.resolve_profile() == "cpu"
+    monkeypatch.setenv("TOYCORE_PROFILE", "paper")
+    assert profiles.resolve_profile() == "paper"
+    assert profiles.resolve_profile("ci") == "ci"
+    with pytest.raises(ValueError, match="profile must be one of ci, cpu, paper"):
+        profiles.resolve_profile("gpu")
+    chosen = profiles.select("ci", ci=dict(n=1), cpu=dict(n=2), paper=dict(n=3))
+    assert chosen.n == 1 and chosen.profile == "ci"
+    with pytest.raises(ValueError, match="missing"):
+        profiles.select("ci", ci=dict(n=1), cpu=dict(n=2))
+
+
+calls = []
+
+
+@cache.cached
+def _square(x):
+    calls.append(x)
+    return x * x
+
+
+def test_cache_reuses_results_and_is_keyed_by_code(tmp_path, monkeypatch):
+    monkeypatch.setenv("TOYCORE_CACHE", str(tmp_path))
+    calls.clear()
+    assert _square(3) == 9 and _square(3) == 9 and _square(4) == 16
+    assert calls == [3, 4]
+    assert [p.name for p in tmp_path.iterdir()] == [cache.code_hash()]
+    monkeypatch.setattr(cache, "code_hash", lambda: "changed-code")
+    assert _square(3) == 9
+    assert calls == [3, 4, 3]

@@ -1,0 +1,52 @@
+import ipywidgets as widgets
+import pytest
+from ipywidgets.widgets.widget import _instances
+from ipywidgets.widgets.widget_link import Link
+
+from toycore.plots import figure
+from toycore.widgets import live_explorer, precomputed_explorer
+
+
+def _render(**values):
+    fig, ax = figure()
+    ax.set_title(repr(sorted(values.items())))
+    ax.plot([0, 1], [0, sum(values.values())])
+    return fig
+
+
+def test_one_slider_explorer_links_slider_to_stack():
+    box = precomputed_explorer(_render, a=[1, 2, 3])
+    (slider,), stack = box.children[0].children, box.children[1]
+    assert isinstance(stack, widgets.Stack) and len(stack.children) == 3
+    assert all(isinstance(c, widgets.Image) and c.value[:4] == b"\x89PNG" for c in stack.children)
+    assert len({c.value for c in stack.children}) == 3  # a different figure per value
+    slider.index = 2
+    link = [w for w in _instances.values() if isinstance(w, Link) and w.source == (slider, "index")]
+    assert link and link[0].target == (stack, "selected_index")
+
+
+def test_two_slider_explorer_nests_stacks():
+    box = precomputed_explorer(_render, a=[1, 2], b=[10, 20, 30])
+    outer = box.children[1]
+    assert len(outer.children) == 2 and all(len(s.children) == 3 for s in outer.children)
+
+
+def test_explorer_rejects_bad_axes():
+    with pytest.raises(ValueError, match="one or two axes"):
+        precomputed_explorer(_render, a=[1], b=[2], c=[3])
+    with pytest.raises(ValueError, match="no values"):
+        precomputed_explorer(_render, a=[])
+
+
+def test_live_explorer_draws_at_once_and_on_demand():
+    seen = []
+
+    def function(n=2):
+        seen.append(n)
+        return _render(n=n)
+
+    explorer = live_explorer(function, n=(1, 5))
+    assert seen == [2]
+    explorer.children[0].value = 4
+    explorer.update()
+    assert seen == [2, 4]

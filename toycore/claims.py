@@ -1,0 +1,107 @@
+"""The claims ledger: every chapter ends with a table of the source's claims and ours.
+
+``Ledger(chapter, profile)`` collects rows; ``ledger.check(...)`` adds one, computing the verdict
+from the numbers (never set by hand); ``ledger.save()`` writes ``<build>/claims/<chapter>.json``
+(a list of objects with id, claim, source, expected, measured, tolerance, passed, profile, ...)
+and ``ledger.table()`` renders the HTML table shown in the chapter.
+"""
+import html
+import json
+import math
+
+from .paths import build_dir
+from .profiles import resolve_profile
+
+COMPARISONS = {
+    # name: (verdict, how the tolerance reads in the table)
+    "abs": (lambda m, e, t: abs(m - e) <= t, "± {t:.3g}"),
+    "rel": (lambda m, e, t: abs(m - e) <= t * abs(e), "± {t:.3g} relative"),
+    "le": (lambda m, e, t: m <= e + t, "≤ expected + {t:.3g}"),
+    "ge": (lambda m, e, t: m >= e - t, "≥ expected − {t:.3g}"),
+}
+
+
+def _number(name, value):
+    value = float(value)
+    if math.isnan(value):
+        raise ValueError(f"{name} is NaN")
+    return value
+
+
+class Ledger:
+    def __init__(self, chapter, profile=None):
+        self.chapter, self.profile, self.rows = chapter, resolve_profile(profile), []
+
+    def check(self, id, claim, source, expected, measured, tolerance, compare="abs", spread=None,
+              note=""):
+        """Add a row; ``compare`` says how measured must relate to expected (see COMPARISONS).
+
+        spread: the standard deviation over seeds, shown next to ``measured`` when given.
+        note: what a reader needs to judge the row (sizes, seeds, why it deviates).
+        """
+        if compare not in COMPARISONS:
+            raise ValueError(f"compare must be one of {', '.join(COMPARISONS)}; got {compare!r}")
+        if any(row["id"] == id for row in self.rows):
+            raise ValueError(f"duplicate claim id {id!r}")
+        expected, measured = _number("expected", expected), _number("measured", measured)
+        tolerance = _number("tolerance", tolerance)
+        if tolerance < 0:
+            raise ValueError(f"tolerance must be >= 0; got {tolerance}")
+        row = dict(id=id, claim=claim, source=source, expected=expected, measured=measured,
+                   tolerance=tolerance, compare=compare,
+                   passed=bool(COMPARISONS[compare][0](measured, expected, tolerance)),
+                   spread=None if spread is None else float(spread), note=note,
+                   profile=self.profile, chapter=self.chapter)
+        self.rows.append(row)
+        return row
+
+    @property
+    def all_passed(self):
+        return all(row["passed"] for row in self.rows)
+
+    def save(self):
+        """Write the rows to ``<build>/claims/<chapter>.json`` and return the path."""
+        path = build_dir() / "claims" / f"{self.chapter}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(self.rows, indent=1))
+        return path
+
+    def table(self):
+        """The ledger as an HTML table (an object that Jupyter displays)."""
+        return LedgerTable(self.rows)
+
+
+def _format(value):
+    return f"{value:.4g}"
+
+
+class LedgerTable:
+    def __init__(self, rows):
+        self.rows = rows
+
+    def _repr_html_(self):
+        head = ("<tr><th>claim</th><th>source</th><th>expected</th><th>ours</th>"
+                "<th>tolerance</th><th>verdict</th></tr>")
+        body = []
+        for r in self.rows:
+            measured = _format(r["measured"])
+            if r["spread"] is not None:
+                measured += f" ± {_format(r['spread'])}"
+            verdict = "✅ reproduces" if r["passed"] else "❌ does not reproduce"
+            note = f"<br><small>{html.escape(r['note'])}</small>" if r["note"] else ""
+            tolerance = COMPARISONS[r["compare"]][1].format(t=r["tolerance"])
+            body.append(
+                f"<tr><td>{html.escape(r['claim'])}{note}</td><td>{html.escape(r['source'])}</td>"
+                f"<td>{_format(r['expected'])}</td><td>{measured}</td><td>{tolerance}</td>"
+                f"<td>{verdict}</td></tr>")
+        passed = sum(r["passed"] for r in self.rows)
+        profile = self.rows[0]["profile"] if self.rows else "?"
+        caption = (f"<caption>Claims ledger: {passed} of {len(self.rows)} reproduce "
+                   f"(profile <code>{profile}</code>)</caption>")
+        return f'<table class="claims-ledger">{caption}{head}{"".join(body)}</table>'
+
+
+def load_ledgers(directory=None):
+    """Every chapter's saved rows: {chapter: [rows]} from ``<build>/claims/*.json``."""
+    directory = directory or build_dir() / "claims"
+    return {p.stem: json.loads(p.read_text()) for p in sorted(directory.glob("*.json"))}

@@ -1,0 +1,289 @@
+"""Chapter 1 experiments: linear autoencoders on sparse data, checked against the theory.
+
+Everything runs in float64: the claims here are identities that should hold to many digits.
+Functions that train are ``@cached``; the others take well under a second.
+"""
+import numpy as np
+import torch
+
+from ..cache import cached
+from ..data import SparseUniform
+from ..models import LinearAutoencoder, TiedLinear
+from ..theory import linear as th
+from ..train import train
+
+DTYPE = torch.float64
+
+
+def dataset(features, sparsity, samples, seeds):
+    """A fixed sparse data set per instance: (instances, samples, features), float64."""
+    return SparseUniform(seeds, features, sparsity, dtype=DTYPE).sample(samples)
+
+
+# --- 1. moments and spectrum -------------------------------------------------------------------
+
+def moments(features, sparsity, samples, seeds):
+    """Monte Carlo E x_i, E x_i^2, E x_i x_j (i != j) per seed, with the standard error of their
+    mean over seeds (conservatively counting one independent value per sample)."""
+    x = dataset(features, sparsity, samples, seeds)
+    off_diagonal = ~torch.eye(features, dtype=torch.bool)
+    products = x.transpose(-1, -2) @ x / samples
+    measured = {
+        "mean": x.mean((-1, -2)),
+        "square": x.pow(2).mean((-1, -2)),
+        "cross": products[:, off_diagonal].mean(-1),
+    }
+    exact = th.sparse_moments(sparsity)
+    variance = {  # variance of one value x_i, x_i^2 or x_i x_j
+        "mean": exact["square"] - exact["mean"] ** 2,
+        "square": (1 - sparsity) / 5 - exact["square"] ** 2,
+        "cross": exact["square"] ** 2 - exact["cross"] ** 2,
+    }
+    n = samples * len(seeds)
+    return {name: dict(measured=float(values.mean()), spread=float(values.std()),
+                       exact=exact[name], standard_error=(variance[name] / n) ** 0.5)
+            for name, values in measured.items()}
+
+
+def spectrum_splitting(features, sparsity, sample_sizes, seeds):
+    """How the population's degenerate bulk eigenvalue splits in sample second-moment matrices.
+
+    Returns per sample size T the relative bulk width (λ_2 - λ_D) / bulk and the relative error
+    of the top eigenvalue, each as (seeds,) arrays, plus the fitted log-log slope of the width.
+    """
+    population = th.population_spectrum(features, sparsity)
+    width, top_error = [], []
+    for T in sample_sizes:
+        eigenvalues, _ = th.eigh_descending(th.second_moment(dataset(features, sparsity, T, seeds)))
+        width.append(((eigenvalues[:, 1] - eigenvalues[:, -1]) / population["bulk"]).numpy())
+        top_error.append((eigenvalues[:, 0] / population["top"] - 1).numpy())
+    width = np.array(width)
+    slope = np.polyfit(np.log(sample_sizes), np.log(width.mean(1)), 1)[0]
+    return dict(sample_sizes=np.array(sample_sizes), width=width, top_error=np.array(top_error),
+                slope=slope, population=population)
+
+
+# --- 2. gradient descent finds the top-d projection --------------------------------------------
+
+@cached
+def train_to_minimum(features, hidden, sparsity, samples, seeds, steps, lr, init_std):
+    """Full-batch gradient descent on the untied model, one instance per seed.
+
+    Returns the final loss, its Corollary 2 prediction, and the distance of AB from the
+    projection onto the top-``hidden`` eigenvectors, each per seed.
+    """
+    x = dataset(features, sparsity, samples, seeds)
+    model = LinearAutoencoder(features, hidden, seeds, init_std=init_std, dtype=DTYPE)
+    history = train(model, x, steps=steps, lr=lr, desc="gradient descent to the minimum")
+    eigenvalues, eigenvectors = th.eigh_descending(th.second_moment(x))
+    predicted = torch.stack([th.critical_loss(lam, range(hidden)) for lam in eigenvalues])
+    projection = torch.stack([th.top_projection(U, hidden) for U in eigenvectors])
+    final_loss = th.linear_loss(model.A, model.B, th.second_moment(x)).detach()
+    return dict(
+        history=history,
+        loss=final_loss.numpy(), predicted=predicted.numpy(),
+        relative_error=((final_loss - predicted) / predicted).abs().numpy(),
+        projection_error=(model.product().detach() - projection).norm(dim=(-2, -1)).numpy(),
+        eigengap=(eigenvalues[:, hidden - 1] - eigenvalues[:, hidden]).numpy(),
+    )
+
+
+# --- 3. every critical point ---------------------------------------------------------------------
+
+def critical_point_census(features, hidden, sparsity, samples, seed):
+    """All C(D, d) critical points of one sample Σ, each with a random invertible C.
+
+    Per index set: the loss and its prediction, the gradient norm, and the Hessian's counts of
+    negative and zero eigenvalues next to the number of inversions (j in I, k not in I, k < j).
+    """
+    sigma = th.second_moment(dataset(features, sparsity, samples, [seed])[0])
+    eigenvalues, eigenvectors = th.eigh_descending(sigma)
+    gaps = -eigenvalues.diff()
+    if eigenvalues[-1] <= 1e-9 * eigenvalues[0] or gaps.min() <= 1e-9 * eigenvalues[0]:
+        raise ValueError(f"Σ from {samples} samples (seed {seed}) is singular or has a repeated "
+                         f"eigenvalue, which Proposition 1 excludes: use more samples")
+    generator = torch.Generator().manual_seed(seed)
+    rows = []
+    for index_set in th.index_sets(features, hidden):
+        C = torch.randn(hidden, hidden, generator=generator, dtype=DTYPE) + 2 * torch.eye(hidden)
+        A, B = th.critical_point(eigenvectors, index_set, C)
+        grad_A, grad_B = th.linear_gradients(A, B, sigma)
+        hessian = th.hessian_eigenvalues(A, B, sigma)
+        scale = hessian.abs().max()
+        rows.append(dict(
+            index_set=index_set,
+            loss=float(th.linear_loss(A, B, sigma)),
+            predicted=float(th.critical_loss(eigenvalues, index_set)),
+            gradient_norm=float(torch.sqrt(grad_A.pow(2).sum() + grad_B.pow(2).sum())),
+            hessian_min=float(hessian[0]),
+            negative=int((hessian < -1e-9 * scale).sum()),
+            zero=int((hessian.abs() <= 1e-9 * scale).sum()),
+            inversions=len(th.inversions(index_set, features)),
+        ))
+    return dict(rows=rows, eigenvalues=eigenvalues.numpy())
+
+
+# --- 4. the saddle-escape perturbation -----------------------------------------------------------
+
+def escape_drops(features, hidden, sparsity, samples, seed, index_set, j, k, eps_values):
+    """Loss at the critical point minus loss at the Prop. 3 perturbation, measured and predicted."""
+    sigma = th.second_moment(dataset(features, sparsity, samples, [seed])[0])
+    eigenvalues, eigenvectors = th.eigh_descending(sigma)
+    A, B = th.critical_point(eigenvectors, index_set)
+    base = th.linear_loss(A, B, sigma)
+    measured = [float(base - th.linear_loss(*th.saddle_escape(eigenvectors, index_set, j, k, eps),
+                                            sigma)) for eps in eps_values]
+    predicted = [float(th.escape_drop(eigenvalues, j, k, eps)) for eps in eps_values]
+    return dict(eps=np.array(eps_values), measured=np.array(measured), predicted=np.array(predicted))
+
+
+# --- 5. gradient flows ---------------------------------------------------------------------------
+
+@cached
+def untied_flow_vs_descent(features, hidden, sparsity, samples, seed, duration, lrs, init_std):
+    """Integrate (20)-(21) and run gradient descent with each lr over the same flow time.
+
+    Gradient descent on L with step lr moves the weights by 2·lr·(flow), so step s sits at flow
+    time 2·lr·s. Returns the loss along the flow and each run, and each run's largest distance
+    from the flow in the weights, relative to their size.
+    """
+    x = dataset(features, sparsity, samples, [seed])
+    sigma = th.second_moment(x[0])
+    model0 = LinearAutoencoder(features, hidden, [seed], init_std=init_std, dtype=DTYPE)
+    A0, B0 = model0.A.detach()[0], model0.B.detach()[0]
+    runs = {}
+    for lr in lrs:
+        steps = int(round(duration / (2 * lr)))
+        model = LinearAutoencoder(features, hidden, [seed], init_std=init_std, dtype=DTYPE)
+        record_at = np.linspace(0, steps, 101).round().astype(int)
+        history = train(model, x, steps=steps, lr=lr, record_at=record_at,
+                        metrics={"A": lambda m: m.A, "B": lambda m: m.B}, desc=f"descent, lr={lr}")
+        times = history.steps * 2 * lr
+        A_flow, B_flow = th.integrate(lambda A, B: th.untied_flow(A, B, sigma), (A0, B0), times)
+        weights_flow = torch.cat([A_flow.flatten(1), B_flow.flatten(1)], 1)
+        weights_gd = torch.cat([torch.from_numpy(history.metrics["A"][:, 0]).flatten(1),
+                                torch.from_numpy(history.metrics["B"][:, 0]).flatten(1)], 1)
+        deviation = ((weights_gd - weights_flow).norm(dim=1) / weights_flow.norm(dim=1)).max()
+        runs[lr] = dict(times=times, loss=history.loss[:, 0], deviation=float(deviation),
+                        flow_loss=th.linear_loss(A_flow, B_flow, sigma).numpy())
+    return runs
+
+
+@cached
+def tied_flows(features, hidden, sparsity, samples, seed, duration, init_std):
+    """The tied flow (22), its rotated form (23), and the true gradient flow of the tied loss.
+
+    Returns, along a common time grid: the tied loss under (22) and under tied gradient descent's
+    flow, the PCA minimum, how far W(t)U is from W̄(t) of (23), and where each flow ends
+    (distance of WᵀW from the top-d projection, and ||WWᵀ - I||).
+    """
+    sigma = th.second_moment(dataset(features, sparsity, samples, [seed])[0])
+    eigenvalues, eigenvectors = th.eigh_descending(sigma)
+    W0 = TiedLinear(features, hidden, [seed], init_std=init_std, dtype=DTYPE).W.detach()[0]
+    times = np.concatenate([[0], np.geomspace(1e-2, duration, 200)])
+    (W_22,) = th.integrate(lambda W: th.tied_flow(W, sigma), (W0,), times)
+    (W_23,) = th.integrate(lambda W: th.rotated_tied_flow(W, eigenvalues), (W0 @ eigenvectors,),
+                           times)
+    (W_gd,) = th.integrate(lambda W: th.tied_gradient_flow(W, sigma), (W0,), times)
+
+    def tied_loss(W):
+        return th.linear_loss(W.transpose(-1, -2), W, sigma).numpy()
+
+    def end_point(W):
+        gram = W.T @ W
+        return dict(projection_error=float((gram - th.top_projection(eigenvectors, hidden)).norm()),
+                    orthonormality=float((W @ W.T - torch.eye(hidden, dtype=DTYPE)).norm()))
+
+    return dict(
+        times=times, loss_22=tied_loss(W_22), loss_gradient=tied_loss(W_gd),
+        minimum=float(th.critical_loss(eigenvalues, range(hidden))),
+        rotation_error=float((W_22 @ eigenvectors - W_23).norm(dim=(-2, -1)).max()),
+        end_22=end_point(W_22[-1]), end_gradient=end_point(W_gd[-1]),
+    )
+
+
+def energy_check(features, hidden, seed, duration, init_std):
+    """Under Σ = I: compare the flow (22) with -∇E for E as we read (28) and as printed, and
+    follow E along the flow. Returns the relative gradient mismatches and E(t)."""
+    W0 = TiedLinear(features, hidden, [seed], init_std=init_std, dtype=DTYPE).W.detach()[0]
+    identity = torch.eye(features, dtype=DTYPE)
+    flow = th.tied_flow(W0, identity)
+
+    def mismatch(energy):
+        W = W0.clone().requires_grad_(True)
+        (gradient,) = torch.autograd.grad(energy(W), W)
+        return float((flow + gradient).norm() / flow.norm())
+
+    times = np.linspace(0, duration, 200)
+    (W_t,) = th.integrate(lambda W: th.tied_flow(W, identity), (W0,), times)
+    return dict(mismatch=mismatch(th.energy), mismatch_as_printed=mismatch(th.energy_as_printed),
+                times=times, energy=th.energy(W_t).numpy(),
+                energy_as_printed=th.energy_as_printed(W_t).numpy())
+
+
+# --- 6. escaping a saddle during training --------------------------------------------------------
+
+@cached
+def train_from_saddle(features, hidden, sparsity, samples, seed, index_set, j, k, eps_values,
+                      steps, lr):
+    """Gradient descent started at the Prop. 3 perturbation of a saddle, one instance per eps.
+
+    Returns the loss curves, the saddle and minimum losses, the steps at which each run's loss
+    crosses halfway between them, and the escape rate predicted by the Hessian: near the saddle
+    the unstable component grows by 1 - lr·h_min per step (h_min the most negative eigenvalue).
+    """
+    x = dataset(features, sparsity, samples, [seed])
+    sigma = th.second_moment(x[0])
+    eigenvalues, eigenvectors = th.eigh_descending(sigma)
+    model = LinearAutoencoder(features, hidden, [seed] * len(eps_values), dtype=DTYPE)
+    with torch.no_grad():
+        for i, eps in enumerate(eps_values):
+            model.A[i], model.B[i] = th.saddle_escape(eigenvectors, index_set, j, k, eps)
+    history = train(model, x.expand(len(eps_values), -1, -1), steps=steps, lr=lr,
+                    record_at=np.arange(steps + 1), desc="escaping a saddle")
+    saddle = float(th.critical_loss(eigenvalues, index_set))
+    minimum = float(th.critical_loss(eigenvalues, range(hidden)))
+    halfway = (saddle + minimum) / 2
+    crossed = history.loss < halfway
+    escape_steps = np.where(crossed.any(0), crossed.argmax(0), -1)
+    A, B = th.critical_point(eigenvectors, index_set)
+    h_min = float(th.hessian_eigenvalues(A, B, sigma)[0])
+    return dict(steps=history.steps, loss=history.loss, eps=np.array(eps_values),
+                saddle=saddle, minimum=minimum, escape_steps=escape_steps,
+                all_critical_values=np.array([float(th.critical_loss(eigenvalues, I))
+                                              for I in th.index_sets(features, hidden)]),
+                predicted_steps_per_efold=1 / np.log(1 - lr * h_min))
+
+
+# --- widgets: loss curves against the critical values ---------------------------------------------
+
+def loss_curves_run(features, hidden, sparsities, samples, steps, lr, seed, init_std):
+    """Gradient descent from a small start, one instance per sparsity, for one hidden size.
+
+    λ_1 of Σ ranges over 30x across S and lr must stay below about 1/(2λ_1), so each instance's
+    data is divided by sqrt(λ_1): on x/sqrt(c), a step lr is exactly a step lr/c on x. Loss and
+    critical values are reported as fractions of tr Σ, which that scaling leaves unchanged.
+    """
+    x = SparseUniform([seed] * len(sparsities), features, sparsities, dtype=DTYPE).sample(samples)
+    eigenvalues, _ = th.eigh_descending(th.second_moment(x))
+    x = x / eigenvalues[:, :1, None].sqrt()
+    model = LinearAutoencoder(features, hidden, [seed] * len(sparsities), init_std=init_std,
+                              dtype=DTYPE)
+    history = train(model, x, steps=steps, lr=lr, desc=f"d={hidden}")
+    trace = eigenvalues.sum(-1)
+    critical = torch.stack([th.critical_loss(eigenvalues, I)
+                            for I in th.index_sets(features, hidden)], -1) / trace[:, None]
+    explained = history.loss * (eigenvalues[:, 0] / trace).numpy()
+    return {S: dict(steps=history.steps, loss=explained[:, i], critical=critical[i].numpy())
+            for i, S in enumerate(sparsities)}
+
+
+@cached
+def loss_curves(features, hidden_values, sparsities, samples, steps, lr, seed, init_std):
+    """``loss_curves_run`` for every hidden size: {(hidden, S): curve}."""
+    curves = {}
+    for hidden in hidden_values:
+        for S, curve in loss_curves_run(features, hidden, sparsities, samples, steps, lr, seed,
+                                        init_std).items():
+            curves[hidden, S] = curve
+    return curves

@@ -87,7 +87,8 @@ class LedgerTable:
             measured = _format(r["measured"])
             if r["spread"] is not None:
                 measured += f" ± {_format(r['spread'])}"
-            verdict = "✅ reproduces" if r["passed"] else "❌ does not reproduce"
+            verdict = ('<span style="color:#1a7f37">reproduces</span>' if r["passed"] else
+                       '<strong style="color:#cf222e">does not reproduce</strong>')
             note = f"<br><small>{html.escape(r['note'])}</small>" if r["note"] else ""
             tolerance = COMPARISONS[r["compare"]][1].format(t=r["tolerance"])
             body.append(

@@ -224,17 +224,22 @@ def energy_check(features, hidden, seed, duration, init_std):
 # --- 6. escaping a saddle during training --------------------------------------------------------
 
 @cached
-def train_from_saddle(features, hidden, sparsity, samples, seed, index_set, j, k, eps_values,
-                      steps, lr):
+def train_from_saddle(features, hidden, sparsity, samples, seed, index_set, j, k, eps_values, lr,
+                      efolds_after=25):
     """Gradient descent started at the Prop. 3 perturbation of a saddle, one instance per eps.
 
-    Returns the loss curves, the saddle and minimum losses, the steps at which each run's loss
-    crosses halfway between them, and the escape rate predicted by the Hessian: near the saddle
-    the unstable component grows by 1 - lr·h_min per step (h_min the most negative eigenvalue).
+    Near the saddle the unstable component grows by 1 - lr·h_min per step (h_min the Hessian's
+    most negative eigenvalue). The run lasts long enough for the smallest eps to escape and then
+    converge for ``efolds_after`` more e-folds at that rate. Returns the loss curves, the saddle and
+    minimum losses, the step at which each run's loss crosses halfway between them (-1 if never),
+    and the predicted steps per e-fold.
     """
     x = dataset(features, sparsity, samples, [seed])
     sigma = th.second_moment(x[0])
     eigenvalues, eigenvectors = th.eigh_descending(sigma)
+    h_min = float(th.hessian_eigenvalues(*th.critical_point(eigenvectors, index_set), sigma)[0])
+    steps_per_efold = 1 / np.log(1 - lr * h_min)
+    steps = int(np.ceil(steps_per_efold * (np.log(1 / min(eps_values)) + efolds_after)))
     model = LinearAutoencoder(features, hidden, [seed] * len(eps_values), dtype=DTYPE)
     with torch.no_grad():
         for i, eps in enumerate(eps_values):
@@ -243,16 +248,13 @@ def train_from_saddle(features, hidden, sparsity, samples, seed, index_set, j, k
                     record_at=np.arange(steps + 1), desc="escaping a saddle")
     saddle = float(th.critical_loss(eigenvalues, index_set))
     minimum = float(th.critical_loss(eigenvalues, range(hidden)))
-    halfway = (saddle + minimum) / 2
-    crossed = history.loss < halfway
-    escape_steps = np.where(crossed.any(0), crossed.argmax(0), -1)
-    A, B = th.critical_point(eigenvectors, index_set)
-    h_min = float(th.hessian_eigenvalues(A, B, sigma)[0])
+    crossed = history.loss < (saddle + minimum) / 2
     return dict(steps=history.steps, loss=history.loss, eps=np.array(eps_values),
-                saddle=saddle, minimum=minimum, escape_steps=escape_steps,
+                saddle=saddle, minimum=minimum,
+                escape_steps=np.where(crossed.any(0), crossed.argmax(0), -1),
                 all_critical_values=np.array([float(th.critical_loss(eigenvalues, I))
                                               for I in th.index_sets(features, hidden)]),
-                predicted_steps_per_efold=1 / np.log(1 - lr * h_min))
+                predicted_steps_per_efold=steps_per_efold)
 
 
 # --- widgets: loss curves against the critical values ---------------------------------------------

@@ -10,6 +10,14 @@ INSTALLED := $(VENV)/.installed
 
 .PHONY: book test clean
 
+# Refuse an unknown profile before any work, installing included.
+ifneq ($(words $(PROFILE)),1)
+$(error PROFILE must be one word, one of: $(PROFILES))
+endif
+ifeq ($(filter $(PROFILE),$(PROFILES)),)
+$(error Unknown PROFILE '$(PROFILE)': choose one of $(PROFILES))
+endif
+
 $(INSTALLED): requirements.txt pyproject.toml
 	@test -x $(PYTHON) || $(SYSTEM_PYTHON) -m venv $(VENV)
 	$(PYTHON) -m pip install --quiet --upgrade pip
@@ -17,8 +25,6 @@ $(INSTALLED): requirements.txt pyproject.toml
 	@touch $@
 
 book: $(INSTALLED)
-	@case " $(PROFILES) " in *" $(PROFILE) "*) ;; \
-	  *) echo "Unknown PROFILE '$(PROFILE)': choose one of $(PROFILES)" >&2; exit 2;; esac
 	$(PYTHON) -m toycore.book --profile $(PROFILE)
 
 test: $(INSTALLED)

@@ -275,8 +275,9 @@ def loss_curves_run(features, hidden, sparsities, samples, steps, lr, seed, init
     trace = eigenvalues.sum(-1)
     critical = torch.stack([th.critical_loss(eigenvalues, I)
                             for I in th.index_sets(features, hidden)], -1) / trace[:, None]
-    explained = history.loss * (eigenvalues[:, 0] / trace).numpy()
-    return {S: dict(steps=history.steps, loss=explained[:, i], critical=critical[i].numpy())
+    # the loss on x/sqrt(λ_1) is L/λ_1; as a fraction of tr Σ it is L/tr Σ
+    fraction = history.loss * (eigenvalues[:, 0] / trace).numpy()
+    return {S: dict(steps=history.steps, loss=fraction[:, i], critical=critical[i].numpy())
             for i, S in enumerate(sparsities)}
 
 

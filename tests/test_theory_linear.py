@@ -6,7 +6,15 @@ import torch
 
 from toycore.theory import linear as th
 
-torch.set_default_dtype(torch.float64)
+
+
+@pytest.fixture(autouse=True)
+def float64():
+    """The identities here hold to ~1e-15; keep the default dtype change inside this module."""
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(previous)
 
 
 @pytest.fixture

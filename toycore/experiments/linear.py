@@ -3,6 +3,8 @@
 Everything runs in float64: the claims here are identities that should hold to many digits.
 Functions that train are ``@cached``; the others take well under a second.
 """
+from types import SimpleNamespace
+
 import numpy as np
 import torch
 
@@ -18,6 +20,14 @@ DTYPE = torch.float64
 def dataset(features, sparsity, samples, seeds):
     """A fixed sparse data set per instance: (instances, samples, features), float64."""
     return SparseUniform(seeds, features, sparsity, dtype=DTYPE).sample(samples)
+
+
+def spectral_data(features, sparsity, samples, seed):
+    """One seed's data set x (1, samples, features), its Σ, and Σ's eigenvalues and eigenvectors."""
+    x = dataset(features, sparsity, samples, [seed])
+    sigma = th.second_moment(x[0])
+    eigenvalues, eigenvectors = th.eigh_descending(sigma)
+    return SimpleNamespace(x=x, sigma=sigma, eigenvalues=eigenvalues, eigenvectors=eigenvectors)
 
 
 # --- 1. moments and spectrum -------------------------------------------------------------------
@@ -96,8 +106,8 @@ def critical_point_census(features, hidden, sparsity, samples, seed):
     Per index set: the loss and its prediction, the gradient norm, and the Hessian's counts of
     negative and zero eigenvalues next to the number of inversions (j in I, k not in I, k < j).
     """
-    sigma = th.second_moment(dataset(features, sparsity, samples, [seed])[0])
-    eigenvalues, eigenvectors = th.eigh_descending(sigma)
+    data = spectral_data(features, sparsity, samples, seed)
+    sigma, eigenvalues, eigenvectors = data.sigma, data.eigenvalues, data.eigenvectors
     gaps = -eigenvalues.diff()
     if eigenvalues[-1] <= 1e-9 * eigenvalues[0] or gaps.min() <= 1e-9 * eigenvalues[0]:
         raise ValueError(f"Σ from {samples} samples (seed {seed}) is singular or has a repeated "
@@ -127,8 +137,8 @@ def critical_point_census(features, hidden, sparsity, samples, seed):
 
 def escape_drops(features, hidden, sparsity, samples, seed, index_set, j, k, eps_values):
     """Loss at the critical point minus loss at the Prop. 3 perturbation, measured and predicted."""
-    sigma = th.second_moment(dataset(features, sparsity, samples, [seed])[0])
-    eigenvalues, eigenvectors = th.eigh_descending(sigma)
+    data = spectral_data(features, sparsity, samples, seed)
+    sigma, eigenvalues, eigenvectors = data.sigma, data.eigenvalues, data.eigenvectors
     A, B = th.critical_point(eigenvectors, index_set)
     base = th.linear_loss(A, B, sigma)
     measured = [float(base - th.linear_loss(*th.saddle_escape(eigenvectors, index_set, j, k, eps),
@@ -147,8 +157,8 @@ def untied_flow_vs_descent(features, hidden, sparsity, samples, seed, duration, 
     time 2·lr·s. Returns the loss along the flow and each run, and each run's largest distance
     from the flow in the weights, relative to their size.
     """
-    x = dataset(features, sparsity, samples, [seed])
-    sigma = th.second_moment(x[0])
+    data = spectral_data(features, sparsity, samples, seed)
+    x, sigma = data.x, data.sigma
     model0 = LinearAutoencoder(features, hidden, [seed], init_std=init_std, dtype=DTYPE)
     A0, B0 = model0.A.detach()[0], model0.B.detach()[0]
     runs = {}
@@ -177,8 +187,8 @@ def tied_flows(features, hidden, sparsity, samples, seed, duration, init_std):
     flow, the PCA minimum, how far W(t)U is from W̄(t) of (23), and where each flow ends
     (distance of WᵀW from the top-d projection, and ||WWᵀ - I||).
     """
-    sigma = th.second_moment(dataset(features, sparsity, samples, [seed])[0])
-    eigenvalues, eigenvectors = th.eigh_descending(sigma)
+    data = spectral_data(features, sparsity, samples, seed)
+    sigma, eigenvalues, eigenvectors = data.sigma, data.eigenvalues, data.eigenvectors
     W0 = TiedLinear(features, hidden, [seed], init_std=init_std, dtype=DTYPE).W.detach()[0]
     times = np.concatenate([[0], np.geomspace(1e-2, duration, 200)])
     (W_22,) = th.integrate(lambda W: th.tied_flow(W, sigma), (W0,), times)
@@ -234,9 +244,9 @@ def train_from_saddle(features, hidden, sparsity, samples, seed, index_set, j, k
     minimum losses, the step at which each run's loss crosses halfway between them (-1 if never),
     and the predicted steps per e-fold.
     """
-    x = dataset(features, sparsity, samples, [seed])
-    sigma = th.second_moment(x[0])
-    eigenvalues, eigenvectors = th.eigh_descending(sigma)
+    data = spectral_data(features, sparsity, samples, seed)
+    x, sigma = data.x, data.sigma
+    eigenvalues, eigenvectors = data.eigenvalues, data.eigenvectors
     h_min = float(th.hessian_eigenvalues(*th.critical_point(eigenvectors, index_set), sigma)[0])
     steps_per_efold = 1 / np.log(1 - lr * h_min)
     steps = int(np.ceil(steps_per_efold * (np.log(1 / min(eps_values)) + efolds_after)))

@@ -69,6 +69,18 @@ def test_a_failing_cell_fails_the_build_naming_chapter_and_cell(tmp_path):
         book.execute_chapter(notebook, tmp_path / "out.ipynb", "ci")
 
 
+def test_the_build_leaves_the_callers_environment_as_it_was(built, monkeypatch):
+    import os
+
+    build_dir, _ = built
+    assert os.environ.get("TOYCORE_BUILD_DIR") != str(build_dir)  # the real build left nothing
+    monkeypatch.setenv("TOYCORE_PROFILE", "cpu")
+    monkeypatch.delenv("TOYCORE_BUILD_DIR", raising=False)
+    with book.environment(TOYCORE_PROFILE="ci", TOYCORE_BUILD_DIR="/elsewhere"):
+        assert os.environ["TOYCORE_PROFILE"] == "ci"
+    assert os.environ["TOYCORE_PROFILE"] == "cpu" and "TOYCORE_BUILD_DIR" not in os.environ
+
+
 def test_unknown_profile_is_refused_before_any_work(tmp_path):
     with pytest.raises(ValueError, match="profile must be one of"):
         book.build("gpu", tmp_path)

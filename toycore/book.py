@@ -13,6 +13,7 @@ A failing cell stops the build, naming the chapter and the cell; no page with a 
 published.
 """
 import argparse
+import contextlib
 import os
 import shutil
 import subprocess
@@ -20,7 +21,10 @@ import sys
 import time
 from pathlib import Path
 
+import nbformat
+import papermill
 import yaml
+from papermill.exceptions import PapermillExecutionError
 
 from .claims import load_ledgers
 from .paths import REPO_ROOT, build_dir as default_build_dir
@@ -43,10 +47,6 @@ def chapters(root=REPO_ROOT):
 
 def execute_chapter(notebook, output, profile):
     """Run one chapter with papermill; a failing cell raises BuildError naming it."""
-    import nbformat
-    import papermill
-    from papermill.exceptions import PapermillExecutionError
-
     try:
         papermill.execute_notebook(str(notebook), str(output), parameters={"profile": profile},
                                    kernel_name="python3", cwd=str(notebook.parent),
@@ -82,14 +82,27 @@ def ledger_summary(ledgers, titles):
 
 def notebook_title(notebook):
     """The first Markdown heading of a notebook."""
-    import nbformat
-
     for cell in nbformat.read(notebook, as_version=4).cells:
         if cell.cell_type == "markdown":
             for line in cell.source.splitlines():
                 if line.startswith("# "):
                     return line[2:].strip()
     return notebook.stem
+
+
+@contextlib.contextmanager
+def environment(**variables):
+    """Set environment variables for the duration of a block (papermill's kernels inherit them)."""
+    saved = {name: os.environ.get(name) for name in variables}
+    os.environ.update(variables)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def build(profile=None, build_dir=None, log=print):
@@ -108,15 +121,15 @@ def build(profile=None, build_dir=None, log=print):
 
     # The kernels papermill starts inherit these: the profile for code that reads it, the build
     # folder for the ledgers, and no progress bars in the saved pages.
-    os.environ.update(TOYCORE_PROFILE=profile, TOYCORE_BUILD_DIR=str(build_dir),
-                      TOYCORE_PROGRESS="0")
     titles = {}
-    for notebook in chapters():
-        start = time.perf_counter()
-        log(f"executing {notebook.relative_to(REPO_ROOT)} (profile {profile}) ...")
-        execute_chapter(notebook, source / "chapters" / notebook.name, profile)
-        titles[notebook.stem] = notebook_title(notebook)
-        log(f"  done in {time.perf_counter() - start:.0f} s")
+    with environment(TOYCORE_PROFILE=profile, TOYCORE_BUILD_DIR=str(build_dir),
+                     TOYCORE_PROGRESS="0"):
+        for notebook in chapters():
+            start = time.perf_counter()
+            log(f"executing {notebook.relative_to(REPO_ROOT)} (profile {profile}) ...")
+            execute_chapter(notebook, source / "chapters" / notebook.name, profile)
+            titles[notebook.stem] = notebook_title(notebook)
+            log(f"  done in {time.perf_counter() - start:.0f} s")
 
     ledgers = load_ledgers(claims)
     missing = [stem for stem in titles if stem not in ledgers]

@@ -31,8 +31,11 @@ def test_chapter_pages_have_figures_widgets_and_no_errors(built):
     for stem, page in chapter_pages(build_dir).items():
         html = page.read_text()
         soup = BeautifulSoup(html, "html.parser")
-        images = [img for img in soup.find_all("img") if img.get("src", "").startswith(("../_images", "data:"))]
+        images = [page.parent / img["src"] for img in soup.find_all("img")
+                  if img.get("src", "").startswith("../_images/")]
         assert len(images) >= 5, f"{stem}: only {len(images)} figures"
+        contents = [path.read_bytes() for path in images]
+        assert len(set(contents)) == len(contents), f"{stem}: a figure is shown twice"
         state = soup.find("script", type="application/vnd.jupyter.widget-state+json")
         assert state is not None, f"{stem}: no embedded widget state"
         models = json.loads(state.string)["state"]

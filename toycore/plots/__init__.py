@@ -31,6 +31,14 @@ def figure(ncols=1, nrows=1, width=4.2, height=3.2, **kwargs):
                         layout="constrained", **kwargs)
 
 
+def show(fig):
+    """Display ``fig`` once and close it, so that Jupyter does not also show it at the cell's end."""
+    from IPython.display import display
+
+    display(fig)
+    plt.close(fig)
+
+
 def to_png(fig):
     """The figure as PNG bytes; the figure is closed so that it is not also shown inline."""
     buffer = io.BytesIO()

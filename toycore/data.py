@@ -24,9 +24,11 @@ class SparseUniform:
 
     One stream per instance (from its seed), so an instance's data does not depend on which other
     instances share the batch. ``sparsity`` is one S for all instances or one per instance.
+    ``purpose`` names the stream: evaluation data must not replay the training batches.
     """
 
-    def __init__(self, seeds, features, sparsity, device="cpu", dtype=torch.float32):
+    def __init__(self, seeds, features, sparsity, device="cpu", dtype=torch.float32,
+                 purpose="data"):
         self.seeds = check_seeds(seeds)
         self.features = check_size("features", features)
         sparsity = check_probability("sparsity", sparsity)
@@ -34,7 +36,7 @@ class SparseUniform:
             raise ValueError(f"sparsity has {len(sparsity)} values for {len(self.seeds)} instances")
         self.density = (1 - sparsity).expand(len(self.seeds)).to(device=device, dtype=dtype)
         self.device, self.dtype = device, dtype
-        self.generators = [generator(seed, "data", device) for seed in self.seeds]
+        self.generators = [generator(seed, purpose, device) for seed in self.seeds]
 
     def sample(self, batch):
         """A fresh batch, shape (instances, batch, features)."""
@@ -42,9 +44,10 @@ class SparseUniform:
         shape = (batch, self.features)
         per_instance = []
         for g, density in zip(self.generators, self.density):
-            values = torch.rand(shape, generator=g, device=self.device, dtype=self.dtype)
-            active = torch.rand(shape, generator=g, device=self.device, dtype=self.dtype) < density
-            per_instance.append(values * active)
+            # one uniform r per entry: r < density marks it active, and given that, r / density
+            # is again U[0, 1]; half the random numbers of drawing c and u separately
+            r = torch.rand(shape, generator=g, device=self.device, dtype=self.dtype)
+            per_instance.append(torch.where(r < density, r / density, 0.0))
         return torch.stack(per_instance)
 
 

@@ -1,0 +1,221 @@
+"""Chapter 2: the toy model, the sparsity-pattern expansion and its closed-form terms."""
+import itertools
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from toycore.data import SparseUniform
+from toycore.experiments import relu as ex
+from toycore.models import ToyModel, toy_sample_loss
+from toycore.theory import relu as th
+
+DTYPE = torch.float64
+
+
+def random_model(features=4, hidden=2, instances=3, seed=0):
+    """Random float64 W, b (some biases positive) and importance."""
+    g = torch.Generator().manual_seed(seed)
+    W = torch.randn(instances, hidden, features, generator=g, dtype=DTYPE)
+    b = torch.randn(instances, features, generator=g, dtype=DTYPE) * 0.5
+    importance = torch.rand(instances, features, generator=g, dtype=DTYPE) + 0.5
+    return W, b, importance
+
+
+# --- the model -------------------------------------------------------------------------------
+
+def test_model_shapes_init_and_loss_definition():
+    model = ToyModel(5, 2, seeds=[0, 1, 2], importance=0.9 ** torch.arange(5.0))
+    assert model.W.shape == (3, 2, 5) and model.b.shape == (3, 5)
+    assert model.importance.shape == (3, 5) and torch.all(model.b == 0)
+    x = SparseUniform([0, 1, 2], 5, 0.5).sample(64)
+    y = torch.relu(torch.einsum("ihf,ihg,ibg->ibf", model.W, model.W, x) + model.b[:, None])
+    expected = (model.importance[:, None] * (x - y) ** 2).sum(-1).mean(-1)
+    torch.testing.assert_close(model.loss(x), expected)
+    linear = ToyModel(5, 2, seeds=[0], output="linear")
+    torch.testing.assert_close(linear(x[:1]), torch.einsum("ihf,ihg,ibg->ibf", linear.W, linear.W,
+                                                           x[:1]))
+
+
+def test_model_gradients_match_finite_differences():
+    W, b, importance = random_model()
+    x = SparseUniform([0, 1, 2], 4, 0.3, dtype=DTYPE).sample(8)
+    for output in ("relu", "linear"):
+        assert torch.autograd.gradcheck(
+            lambda W, b: toy_sample_loss(W, b, importance, x, output).mean(-1),
+            (W.clone().requires_grad_(), b.clone().requires_grad_()))
+
+
+def test_each_instance_gets_the_gradient_it_would_get_alone():
+    seeds, importance = [3, 7], torch.tensor([[1.0, 0.5, 0.2], [1.0, 1.0, 1.0]])
+    together = ToyModel(3, 2, seeds, importance=importance)
+    x = SparseUniform(seeds, 3, [0.2, 0.8]).sample(32)
+    together.loss(x).sum().backward()
+    for i, seed in enumerate(seeds):
+        alone = ToyModel(3, 2, [seed], importance=importance[i])
+        alone.loss(x[i:i + 1]).sum().backward()
+        torch.testing.assert_close(together.W.grad[i], alone.W.grad[0])
+        torch.testing.assert_close(together.b.grad[i], alone.b.grad[0])
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(output="tanh"), "output must be one of relu, linear"),
+    (dict(importance=[1.0, 2.0]), "importance must have shape"),
+    (dict(importance=[1.0, -1.0, 1.0]), "finite and > 0"),
+    (dict(hidden=0), "hidden must be an integer"),
+])
+def test_model_rejects_bad_parameters(kwargs, message):
+    arguments = dict(features=3, hidden=2, seeds=[0]) | kwargs
+    with pytest.raises(ValueError, match=message):
+        ToyModel(**arguments)
+
+
+def test_importance_decay_must_be_in_unit_interval():
+    with pytest.raises(ValueError, match="decay must be in"):
+        ex.importance_profile(4, 0.0)
+
+
+# --- the expansion ---------------------------------------------------------------------------
+
+def test_pattern_weights_times_counts_are_the_binomial_distribution():
+    for n, S in [(3, 0.2), (7, 0.9)]:
+        probabilities = th.pattern_weights(n, S) * th.pattern_counts(n)
+        assert probabilities.sum().item() == pytest.approx(1, abs=1e-14)
+        assert probabilities[2].item() == pytest.approx(math.comb(n, 2) * (1 - S) ** 2 * S ** (n - 2))
+
+
+def test_expansion_is_exact_for_the_linear_model():
+    """Σ_k (1-S)^k S^(n-k) L_k, each L_k integrated exactly (the integrand is quadratic, so
+    2-point Gauss-Legendre per active coordinate is exact), equals the exact linear loss."""
+    n, S = 3, 0.35
+    W, b, importance = random_model(features=n)
+    nodes, weights = np.polynomial.legendre.leggauss(2)
+    nodes, weights = (nodes + 1) / 2, weights / 2  # on [0, 1]
+    L = torch.zeros(W.shape[0], n + 1, dtype=DTYPE)
+    for pattern in itertools.product([0, 1], repeat=n):
+        active = [i for i in range(n) if pattern[i]]
+        for point in itertools.product(range(2), repeat=len(active)):
+            x = torch.zeros(1, 1, n, dtype=DTYPE)
+            weight = 1.0
+            for i, p in zip(active, point):
+                x[..., i], weight = nodes[p], weight * weights[p]
+            L[:, len(active)] += weight * toy_sample_loss(W, b, importance,
+                                                          x.expand(W.shape[0], 1, n), "linear")[:, 0]
+    expansion = (th.pattern_weights(n, S) * L).sum(-1)
+    torch.testing.assert_close(expansion, th.linear_loss(W, b, importance, S), rtol=1e-12, atol=0)
+
+
+def test_linear_loss_matches_monte_carlo():
+    W, b, importance = random_model(features=5, hidden=2)
+    S = torch.tensor([0.0, 0.5, 0.9], dtype=DTYPE)
+    x = SparseUniform([0, 1, 2], 5, S.tolist(), dtype=DTYPE).sample(200_000)
+    losses = toy_sample_loss(W, b, importance, x, "linear")
+    error = losses.std(-1) / losses.shape[-1] ** 0.5
+    assert torch.all((losses.mean(-1) - th.linear_loss(W, b, importance, S)).abs() < 4 * error)
+
+
+def small_sweep(output="relu"):
+    W, b, importance = random_model(features=4, hidden=2, instances=2, seed=1)
+    grid = (2, 1)
+    from types import SimpleNamespace
+    return SimpleNamespace(features=4, hidden=2, output=output, sparsities=np.array([0.3, 0.9]),
+                           seeds=np.array([0]), W=W.reshape(*grid, 2, 4), b=b.reshape(*grid, 4),
+                           importance=importance.reshape(*grid, 4))
+
+
+def test_pattern_expansion_adds_up_to_the_direct_estimate():
+    result = ex.pattern_expansion(small_sweep(), samples=20_000)
+    z = (result.expansion - result.direct) / np.hypot(result.expansion_error, result.direct_error)
+    assert np.all(np.abs(z) < 4)
+    np.testing.assert_allclose(result.L0, result.L0_exact, rtol=0, atol=1e-15)
+    assert np.all(np.abs(result.L1 - result.L1_exact) < 4 * result.L1_error)
+    assert result.terms.shape == (2, 1, 5)
+
+
+def test_zero_input_loss_is_the_positive_bias_penalty_exactly():
+    W, b, importance = random_model()
+    assert torch.any(b > 0) and torch.any(b < 0)
+    zero = torch.zeros(W.shape[0], 1, W.shape[-1], dtype=DTYPE)
+    assert torch.equal(toy_sample_loss(W, b, importance, zero)[:, 0],
+                       (importance * torch.relu(b) ** 2).sum(-1))
+    assert torch.equal(th.zero_input_loss(b, importance), (importance * torch.relu(b) ** 2).sum(-1))
+
+
+def test_one_sparse_integrals_match_quadrature():
+    W, b, importance = random_model(features=5, hidden=3)
+    benefit, interference = th.one_sparse_terms(W, b, importance)
+    t = torch.linspace(0, 1, 100_001, dtype=DTYPE)
+    gram = W.transpose(-1, -2) @ W
+    for inst, i in [(0, 1), (2, 4)]:
+        y = torch.relu(gram[inst, i][:, None] * t + b[inst][:, None])  # every output j vs x_i = t
+        own = importance[inst, i] * torch.trapezoid((t - y[i]) ** 2, t)
+        others = importance[inst][:, None] * torch.trapezoid(y ** 2, t)[:, None]
+        assert benefit[inst, i].item() == pytest.approx(own.item(), abs=1e-8)
+        for j in range(5):
+            expected = 0.0 if j == i else others[j, 0].item()
+            assert interference[inst, i, j].item() == pytest.approx(expected, abs=1e-8)
+
+
+def test_relu_square_integral_edge_cases():
+    a = torch.tensor([0.0, 0.0, 2.0, -2.0, 1.0], dtype=DTYPE)
+    c = torch.tensor([0.5, -0.5, -1.0, 1.0, -2.0], dtype=DTYPE)
+    # c^2 on [0,1]; nothing; ∫_{1/2}^1 (2x-1)^2 = 1/6; ∫_0^{1/2} (1-2x)^2 = 1/6; never positive
+    torch.testing.assert_close(th.relu_square_integral(a, c),
+                               torch.tensor([0.25, 0, 1 / 6, 1 / 6, 0], dtype=DTYPE))
+
+
+def test_negative_interference_and_negative_bias_are_free_at_one():
+    # two antipodal features and one at 80 degrees from the first, with a negative bias
+    angle = math.radians(80)
+    W = torch.tensor([[[1.0, -1.0, math.cos(angle)], [0.0, 0.0, math.sin(angle)]]], dtype=DTYPE)
+    b = torch.tensor([[0.0, 0.0, -0.2]], dtype=DTYPE)
+    ones = torch.ones(1, 3, dtype=DTYPE)
+    _, paid = th.one_sparse_at_one(W, b, ones)
+    _, linear = th.one_sparse_at_one(W, b, ones, relu=False, bias=False)
+    assert paid[0, 0, 1] == 0 and linear[0, 0, 1] == 1  # antipodal: free with the ReLU
+    assert paid[0, 0, 2] == 0  # cos 80° = 0.17 < 0.2: the bias frees it
+    assert paid[0, 2, 0] == pytest.approx(math.cos(angle) ** 2)  # b_0 = 0 frees nothing
+
+
+# --- linear vs ReLU, shapes, packing ---------------------------------------------------------
+
+def test_trained_linear_model_never_exceeds_m_features_and_reaches_the_optimum():
+    sweep = ex.train_sweep.__wrapped__(6, 2, [0.0, 0.9, 0.97], [0, 1], decay=0.8, steps=1500,
+                                       lr=1e-2, output="linear")
+    assert ex.represented_count(sweep.W).max() <= 2
+    assert np.abs(ex.linear_gap(sweep)).max() < 0.01
+    relu = ex.train_sweep.__wrapped__(6, 2, [0.97], [0, 1], decay=0.8, steps=1500, lr=1e-2)
+    assert ex.represented_count(relu.W).min() > 2
+
+
+def unit(degrees):
+    return [math.cos(math.radians(degrees)), math.sin(math.radians(degrees))]
+
+
+@pytest.mark.parametrize("angles, shape", [
+    ([10, 100], "orthogonal pair"),
+    ([0, 90, 180, 270], "antipodal pairs"),
+    ([5, 77, 149, 221, 293], "pentagon"),
+    ([0, 60, 120], "other"),
+    ([0, 90, 180, 260], "other"),
+])
+def test_planar_shape_names_hand_built_configurations(angles, shape):
+    w = torch.tensor([unit(a) for a in angles], dtype=DTYPE).T
+    w = torch.cat([w, 0.1 * torch.ones(2, 1, dtype=DTYPE)], dim=1)  # one unrepresented feature
+    assert ex.planar_shape(w) == shape
+
+
+def test_planar_shape_needs_two_dimensions():
+    with pytest.raises(ValueError, match="hidden = 2"):
+        ex.planar_shape(torch.ones(3, 4))
+
+
+def test_packing_energy_of_the_pentagon_and_its_minimisation():
+    pentagon = torch.tensor([unit(72 * k) for k in range(5)], dtype=DTYPE)
+    assert th.packing_energy(pentagon).item() == pytest.approx(10 * math.cos(math.radians(72)) ** 2)
+    square = torch.tensor([unit(0), unit(180), unit(90), unit(270)], dtype=DTYPE)
+    assert th.packing_energy(square).item() < 1e-30  # all overlaps <= 0: no energy
+    energies, best = th.minimize_packing_energy(5, 2, restarts=8, steps=1500)
+    assert energies[0].item() == pytest.approx(10 * math.cos(math.radians(72)) ** 2, rel=1e-6)
+    assert best.shape == (5, 2)

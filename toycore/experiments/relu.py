@@ -1,0 +1,230 @@
+"""Chapter 2 experiments: the ReLU output model against its sparsity-pattern expansion.
+
+A *sweep* trains one instance per (sparsity, seed) in a single batched run and keeps the final
+weights in float64 for the analyses, which are exact formulas or Monte Carlo estimates with
+standard errors. Only ``train_sweep`` and ``packing_comparison`` take long; they are ``@cached``.
+"""
+from types import SimpleNamespace
+
+import numpy as np
+import torch
+
+from ..cache import cached
+from ..data import SparseUniform, check_size
+from ..models import ToyModel, toy_sample_loss
+from ..seeding import generator
+from ..theory import relu as th
+from ..train import record_steps, train
+
+DTYPE = torch.float64
+REPRESENTED = 0.5  # a feature counts as represented when |W_i| > 0.5, as in Elhage et al.
+
+
+def importance_profile(features, decay):
+    """I_i = decay^i, i = 0..n-1 (decay 1: uniform importance)."""
+    if not 0 < decay <= 1:
+        raise ValueError(f"importance decay must be in (0, 1]; got {decay!r}")
+    return decay ** torch.arange(features, dtype=DTYPE)
+
+
+@cached
+def train_sweep(features, hidden, sparsities, seeds, *, decay, steps, lr, batch=1024,
+                output="relu"):
+    """Train one model per (sparsity, seed), all at once, with AdamW as Elhage et al. did.
+
+    Returns a namespace with W (sparsities, seeds, hidden, features), b and importance
+    (sparsities, seeds, features) in float64, and the loss history (records, sparsities, seeds).
+    """
+    check_size("batch", batch)
+    sparsities, seeds = [float(s) for s in sparsities], [int(s) for s in seeds]
+    importance = importance_profile(features, decay)
+    instance_sparsity = np.repeat(sparsities, len(seeds)).tolist()
+    instance_seeds = seeds * len(sparsities)
+    model = ToyModel(features, hidden, instance_seeds, importance=importance.float(), output=output)
+    data = SparseUniform(instance_seeds, features, instance_sparsity)
+    history = train(model, lambda step: data.sample(batch), steps=steps, lr=lr, optimizer="adamw",
+                    record_at=record_steps(steps, 60),
+                    desc=f"{output} n={features} m={hidden}, {len(instance_seeds)} models")
+    grid = (len(sparsities), len(seeds))
+    return SimpleNamespace(
+        features=features, hidden=hidden, output=output, decay=decay,
+        sparsities=np.array(sparsities), seeds=np.array(seeds),
+        W=model.W.detach().to(DTYPE).reshape(*grid, hidden, features),
+        b=model.b.detach().to(DTYPE).reshape(*grid, features),
+        importance=importance.expand(*grid, features).clone(),
+        steps=history.steps, loss=history.loss.reshape(-1, *grid))
+
+
+def _flat(sweep):
+    """W, b, importance and sparsity with (sparsities, seeds) flattened into one instances axis."""
+    n, m = sweep.features, sweep.hidden
+    S = torch.as_tensor(np.repeat(sweep.sparsities, len(sweep.seeds)), dtype=DTYPE)
+    return (sweep.W.reshape(-1, m, n), sweep.b.reshape(-1, n), sweep.importance.reshape(-1, n), S)
+
+
+def _grid(sweep, values):
+    """Undo ``_flat`` on a per-instance result: (instances, ...) -> (sparsities, seeds, ...)."""
+    return np.asarray(values).reshape(len(sweep.sparsities), len(sweep.seeds), *np.shape(values)[1:])
+
+
+def represented_count(W):
+    """How many features have |W_i| > 0.5: W (..., hidden, features) -> (...)."""
+    return (torch.as_tensor(W).norm(dim=-2) > REPRESENTED).sum(-1)
+
+
+def _evaluation_losses(sweep, samples, seed):
+    """Per-sample losses of every model on fresh data: (instances, samples). All models with the
+    same sparsity see the same inputs, so their losses compare without sampling noise."""
+    W, b, importance, S = _flat(sweep)
+    x = SparseUniform([seed] * len(S), sweep.features, S.tolist(), dtype=DTYPE,
+                      purpose="evaluation").sample(samples)
+    return toy_sample_loss(W, b, importance, x, sweep.output)
+
+
+def evaluation_loss(sweep, samples, seed=0):
+    """Each model's loss on ``samples`` fresh inputs: (sparsities, seeds)."""
+    return _grid(sweep, _evaluation_losses(sweep, samples, seed).mean(-1))
+
+
+# --- 1. the sparsity-pattern expansion --------------------------------------------------------
+
+def _patterns(features, active, samples, g):
+    """``samples`` inputs with exactly ``active`` features on, chosen uniformly: (samples, n)."""
+    order = torch.rand(samples, features, generator=g, dtype=DTYPE).argsort(-1)
+    mask = order < active  # the features ranked below ``active`` in a random order
+    return torch.rand(samples, features, generator=g, dtype=DTYPE) * mask
+
+
+def pattern_expansion(sweep, samples, seed=0):
+    """Estimate every L_k of every model and compare Σ_k (1-S)^k S^(n-k) L_k with L itself.
+
+    L_k = C(n, k) E[loss | k given features active], by Monte Carlo with ``samples`` inputs per k
+    (the same inputs for every model); L_0 and L_1 also exactly. L is estimated directly from
+    ``samples`` draws of the data. Returns per model (sparsities, seeds, ...) arrays: the weighted
+    terms (1-S)^k S^(n-k) L_k and their standard errors (..., n+1), the expansion's sum and the
+    direct estimate with standard errors, and the exact L_0 and L_1 next to their estimates.
+    """
+    check_size("samples", samples, minimum=2)
+    W, b, importance, S = _flat(sweep)
+    n, instances = sweep.features, len(S)
+    g = generator(seed, "patterns")
+    estimate, error = torch.zeros(instances, n + 1, dtype=DTYPE), torch.zeros(instances, n + 1,
+                                                                              dtype=DTYPE)
+    counts = th.pattern_counts(n)
+    for k in range(n + 1):
+        x = _patterns(n, k, samples, g).expand(instances, samples, n)
+        losses = toy_sample_loss(W, b, importance, x, sweep.output) * counts[k]
+        estimate[:, k], error[:, k] = losses.mean(-1), losses.std(-1) / samples**0.5
+    weights = th.pattern_weights(n, S)
+    direct = _evaluation_losses(sweep, samples, seed + 1)
+    benefit, interference = th.one_sparse_terms(W, b, importance)
+    return SimpleNamespace(
+        terms=_grid(sweep, weights * estimate), term_errors=_grid(sweep, weights * error),
+        expansion=_grid(sweep, (weights * estimate).sum(-1)),
+        expansion_error=_grid(sweep, (weights * error).square().sum(-1).sqrt()),
+        direct=_grid(sweep, direct.mean(-1)),
+        direct_error=_grid(sweep, direct.std(-1) / samples**0.5),
+        L0_exact=_grid(sweep, th.zero_input_loss(b, importance)), L0=_grid(sweep, estimate[:, 0]),
+        L1_exact=_grid(sweep, benefit.sum(-1) + interference.sum((-1, -2))),
+        L1=_grid(sweep, estimate[:, 1]), L1_error=_grid(sweep, error[:, 1]),
+        sparsities=sweep.sparsities, samples=samples)
+
+
+# --- 2. feature benefit and interference ------------------------------------------------------
+
+def interference_split(sweep):
+    """L_1 at x_i = 1, split into feature benefit and interference, for every model.
+
+    Interference is priced three ways for the same W: as the model pays it (ReLU and bias), with
+    the ReLU but no bias, and with neither (what a linear output would pay). Also counts, among
+    pairs of represented features with W_i·W_j > 0, those a negative bias makes free
+    (W_i·W_j + b_j <= 0). Arrays are (sparsities, seeds).
+    """
+    W, b, importance, _ = _flat(sweep)
+    benefit, paid = th.one_sparse_at_one(W, b, importance)
+    _, without_bias = th.one_sparse_at_one(W, b, importance, bias=False)
+    _, linear = th.one_sparse_at_one(W, b, importance, relu=False, bias=False)
+    gram = W.transpose(-1, -2) @ W
+    on = W.norm(dim=-2) > REPRESENTED
+    pairs = on[:, :, None] & on[:, None, :] & ~torch.eye(sweep.features, dtype=torch.bool)
+    positive = pairs & (gram > 0)
+    freed = positive & (gram + b[:, None, :] <= 0)
+    return SimpleNamespace(
+        benefit=_grid(sweep, benefit.sum(-1)), paid=_grid(sweep, paid.sum((-1, -2))),
+        without_bias=_grid(sweep, without_bias.sum((-1, -2))),
+        linear=_grid(sweep, linear.sum((-1, -2))),
+        negative_pairs=_grid(sweep, (pairs & (gram < 0)).sum((-1, -2))),
+        positive_pairs=_grid(sweep, positive.sum((-1, -2))),
+        freed_pairs=_grid(sweep, freed.sum((-1, -2))),
+        pairs=_grid(sweep, pairs.sum((-1, -2))), sparsities=sweep.sparsities)
+
+
+# --- 3. linear against ReLU output ------------------------------------------------------------
+
+def linear_gap(sweep):
+    """The linear sweep's exact loss against the optimum Var(x) Σ_{i>m} I_i: relative gaps
+    (sparsities, seeds)."""
+    if sweep.output != "linear":
+        raise ValueError(f"linear_gap needs a sweep of linear models; got output={sweep.output!r}")
+    W, b, importance, S = _flat(sweep)
+    measured = th.linear_loss(W, b, importance, S)
+    optimum = th.linear_optimum(importance, sweep.hidden, S)
+    return _grid(sweep, measured / optimum - 1)
+
+
+def planar_shape(w, tolerance=5.0):
+    """Name the arrangement of one model's represented features in the plane (hidden = 2):
+    "orthogonal pair", "antipodal pairs" (four at 90°), "pentagon" (five at 72°) or "other".
+
+    w: (2, features). Gaps between neighbouring directions must be within ``tolerance`` degrees.
+    """
+    w = torch.as_tensor(w)
+    if w.shape[0] != 2:
+        raise ValueError(f"planar_shape needs hidden = 2; got {w.shape[0]}")
+    on = w.norm(dim=0) > REPRESENTED
+    angles = torch.sort(torch.rad2deg(torch.atan2(w[1, on], w[0, on])))[0]
+    if len(angles) < 2:
+        return "other"
+    gaps = torch.diff(torch.cat([angles, angles[:1] + 360]))
+    regular = lambda gap: bool(torch.all((gaps - gap).abs() <= tolerance))  # noqa: E731
+    if len(angles) == 2 and abs(float(gaps.min()) - 90) <= tolerance:
+        return "orthogonal pair"
+    if len(angles) == 4 and regular(90):
+        return "antipodal pairs"
+    if len(angles) == 5 and regular(72):
+        return "pentagon"
+    return "other"
+
+
+# --- 4. the Thomson analogy -------------------------------------------------------------------
+
+def learned_packing(sweep):
+    """The packing energy Σ_{i≠j} ReLU(u_i·u_j)^2 of each model's represented directions u_i =
+    W_i/|W_i|, and how many there are: two (sparsities, seeds) arrays."""
+    W, _, _, _ = _flat(sweep)
+    energies, counts = [], []
+    for w in W:
+        on = w.norm(dim=0) > REPRESENTED
+        energies.append(float(th.packing_energy(w[:, on].T)))
+        counts.append(int(on.sum()))
+    return _grid(sweep, energies), _grid(sweep, counts)
+
+
+def packing_comparison(sweep, restarts, steps):
+    """Each model's learned packing energy against the best found by direct minimisation for the
+    same number of represented features. Returns a dict with (sparsities, seeds) arrays."""
+    learned, counts = learned_packing(sweep)
+    best = {k: packing_minimum(int(k), sweep.hidden, restarts, steps)["best"]
+            for k in np.unique(counts)}
+    best_for_model = np.vectorize(best.get)(counts)
+    return dict(n=sweep.features, m=sweep.hidden, learned=learned, counts=counts,
+                best=best_for_model, ratio=learned / best_for_model)
+
+
+@cached
+def packing_minimum(count, hidden, restarts, steps):
+    """The best packing energy of ``count`` points on S^(hidden-1) over ``restarts`` random starts,
+    the fraction of starts that reach it (within 1e-6), and the best configuration."""
+    energies, best = th.minimize_packing_energy(count, hidden, restarts, steps)
+    return dict(best=float(energies[0]), reached=float((energies < energies[0] + 1e-6).double().mean()),
+                configuration=best)

@@ -25,6 +25,7 @@ def test_ledger_verdicts_and_record(tmp_path, monkeypatch):
     assert load_ledgers(tmp_path / "claims") == {"99_example": rows}
     html = ledger.table()._repr_html_()
     assert "3 of 5 reproduce" in html and html.count("does not reproduce") == 2
+    assert "0 of 1 reproduce" in ledger.table("b")._repr_html_()
 
 
 def test_ledger_rejects_bad_rows():
@@ -68,7 +69,17 @@ def test_cache_reuses_results_and_is_keyed_by_code(tmp_path, monkeypatch):
     calls.clear()
     assert _square(3) == 9 and _square(3) == 9 and _square(4) == 16
     assert calls == [3, 4]
-    assert [p.name for p in tmp_path.iterdir()] == [cache.code_hash()]
-    monkeypatch.setattr(cache, "code_hash", lambda: "changed-code")
+    assert [p.name for p in tmp_path.iterdir()] == [cache.code_hash(__name__)]
+    monkeypatch.setattr(cache, "code_hash", lambda module=None: "changed-code")
     assert _square(3) == 9
     assert calls == [3, 4, 3]
+
+
+def test_cache_key_covers_a_chapters_own_modules_and_not_other_chapters():
+    relu = cache._chapter_modules("toycore.experiments.relu")
+    assert relu == {"toycore.experiments.relu", "toycore.theory.relu"}
+    assert cache._chapter_modules("toycore.experiments.linear") == {
+        "toycore.experiments.linear", "toycore.theory.linear"}
+    shared = cache.code_hash(__name__)
+    assert len({shared, cache.code_hash("toycore.experiments.relu"),
+                cache.code_hash("toycore.experiments.linear"), cache.code_hash()}) == 4

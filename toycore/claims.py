@@ -66,9 +66,10 @@ class Ledger:
         path.write_text(json.dumps(self.rows, indent=1))
         return path
 
-    def table(self):
-        """The ledger as an HTML table (an object that Jupyter displays)."""
-        return LedgerTable(self.rows)
+    def table(self, prefix=""):
+        """The ledger as an HTML table (an object that Jupyter displays); with ``prefix``, only
+        the rows whose id starts with it, to show a section's claims where they are checked."""
+        return LedgerTable([row for row in self.rows if row["id"].startswith(prefix)])
 
 
 def _format(value):

@@ -172,6 +172,9 @@ def linear_gap(sweep):
     return _grid(sweep, measured / optimum - 1)
 
 
+PLANAR_SHAPES = ("orthogonal pair", "antipodal pairs", "pentagon", "other")
+
+
 def planar_shape(w, tolerance=5.0):
     """Name the arrangement of one model's represented features in the plane (hidden = 2):
     "orthogonal pair", "antipodal pairs" (four at 90°), "pentagon" (five at 72°) or "other".

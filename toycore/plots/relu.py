@@ -48,16 +48,25 @@ def feature_picture(w, b, importance, title=""):
 
 
 def classic_grid(sweep, seed_index, shapes):
-    """Figure 2-style overview of one seed across sparsity: arrows above, Wᵀ W and b below."""
-    columns = len(sweep.sparsities)
-    fig, axes = figure(columns, 2, width=1.9, height=2.0)
+    """Overview of one seed across sparsity, as in Elhage et al.'s intro figure: for each S the
+    features in the plane, with Wᵀ W and b below; at most four sparsities per band."""
+    count = len(sweep.sparsities)
+    columns = min(count, 4)
+    bands = -(-count // columns)
+    fig, axes = figure(columns, 2 * bands, width=1.9, height=1.9, squeeze=False)
+    for ax in axes.ravel():
+        ax.set_axis_off()
     for c, S in enumerate(sweep.sparsities):
+        band, column = divmod(c, columns)
+        top, bottom = axes[2 * band, column], axes[2 * band + 1, column]
+        top.set_axis_on()
+        bottom.set_axis_on()
         w, b = sweep.W[c, seed_index].numpy(), sweep.b[c, seed_index].numpy()
-        _arrows(axes[0, c], w, sweep.importance[c, seed_index].numpy(),
+        _arrows(top, w, sweep.importance[c, seed_index].numpy(),
                 f"1−S = {1 - S:.2g}\n{shapes[c][seed_index]}")
-        image = _gram_and_bias(axes[1, c], w, b)
-        axes[1, c].tick_params(labelsize=6)
-    fig.colorbar(image, ax=axes[1, :], shrink=0.8, label=r"$W_i\cdot W_j$, $b_i$")
+        image = _gram_and_bias(bottom, w, b)
+        bottom.tick_params(labelsize=6)
+    fig.colorbar(image, ax=axes[:, -1], shrink=0.5, label=r"$W_i\cdot W_j$ and $b_i$")
     return fig
 
 
@@ -87,7 +96,7 @@ def expansion(result):
 
 def interference(split, hidden):
     """L_1 at x_i = 1 against 1/(1-S): feature benefit lost, and interference priced three ways."""
-    fig, ax = figure(width=6, height=3.6)
+    fig, ax = figure(width=8.5, height=3.6)
     x = _inverse_density(split.sparsities)
     for values, label, style in [
         (split.linear, "interference, linear readout of the same W", "C3:"),
@@ -98,8 +107,8 @@ def interference(split, hidden):
         ax.errorbar(x, values.mean(1), yerr=values.std(1), fmt=style, marker="o", ms=3,
                     label=label)
     ax.set(xscale="log", yscale="log", xlabel="1/(1 − S)", ylabel="summed over features",
-           title=f"the 1-sparse loss at $x_i = 1$ (m = {hidden}): ReLU and bias make interference cheap")
-    ax.legend(fontsize=7)
+           title=f"the 1-sparse loss at $x_i = 1$ (m = {hidden}): interference made cheap")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1))
     return fig
 
 

@@ -1,6 +1,7 @@
 """Chapter 2: the toy model, the sparsity-pattern expansion and its closed-form terms."""
 import itertools
 import math
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -118,7 +119,6 @@ def test_linear_loss_matches_monte_carlo():
 def small_sweep(output="relu"):
     W, b, importance = random_model(features=4, hidden=2, instances=2, seed=1)
     grid = (2, 1)
-    from types import SimpleNamespace
     return SimpleNamespace(features=4, hidden=2, output=output, sparsities=np.array([0.3, 0.9]),
                            seeds=np.array([0]), W=W.reshape(*grid, 2, 4), b=b.reshape(*grid, 4),
                            importance=importance.reshape(*grid, 4))

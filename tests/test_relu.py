@@ -116,10 +116,10 @@ def test_linear_loss_matches_monte_carlo():
     assert torch.all((losses.mean(-1) - th.linear_loss(W, b, importance, S)).abs() < 4 * error)
 
 
-def small_sweep(output="relu"):
+def small_sweep():
     W, b, importance = random_model(features=4, hidden=2, instances=2, seed=1)
     grid = (2, 1)
-    return SimpleNamespace(features=4, hidden=2, output=output, sparsities=np.array([0.3, 0.9]),
+    return SimpleNamespace(features=4, hidden=2, output="relu", sparsities=np.array([0.3, 0.9]),
                            seeds=np.array([0]), W=W.reshape(*grid, 2, 4), b=b.reshape(*grid, 4),
                            importance=importance.reshape(*grid, 4))
 

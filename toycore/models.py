@@ -130,10 +130,6 @@ class ToyModel(nn.Module):
         self.W = nn.Parameter(W)
         self.b = nn.Parameter(torch.zeros(len(self.seeds), features, dtype=dtype))
 
-    def product(self):
-        """Wᵀ W: (instances, features, features); entry (i, j) is W_i · W_j."""
-        return self.W.transpose(-1, -2) @ self.W
-
     def forward(self, x):
         return toy_output(self.W, self.b, x, self.output)
 

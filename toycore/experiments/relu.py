@@ -67,9 +67,14 @@ def _grid(sweep, values):
     return np.asarray(values).reshape(len(sweep.sparsities), len(sweep.seeds), *np.shape(values)[1:])
 
 
+def represented(W):
+    """Which features have |W_i| > 0.5: W (..., hidden, features) -> bool (..., features)."""
+    return torch.as_tensor(W).norm(dim=-2) > REPRESENTED
+
+
 def represented_count(W):
     """How many features have |W_i| > 0.5: W (..., hidden, features) -> (...)."""
-    return (torch.as_tensor(W).norm(dim=-2) > REPRESENTED).sum(-1)
+    return represented(W).sum(-1)
 
 
 def _evaluation_losses(sweep, samples, seed):
@@ -101,7 +106,7 @@ def pattern_expansion(sweep, samples, seed=0):
     L_k = C(n, k) E[loss | k given features active], by Monte Carlo with ``samples`` inputs per k
     (the same inputs for every model); L_0 and L_1 also exactly. L is estimated directly from
     ``samples`` draws of the data. Returns per model (sparsities, seeds, ...) arrays: the weighted
-    terms (1-S)^k S^(n-k) L_k and their standard errors (..., n+1), the expansion's sum and the
+    terms (1-S)^k S^(n-k) L_k (..., n+1), the expansion's sum and the
     direct estimate with standard errors, and the exact L_0 and L_1 next to their estimates.
     """
     check_size("samples", samples, minimum=2)
@@ -119,7 +124,7 @@ def pattern_expansion(sweep, samples, seed=0):
     direct = _evaluation_losses(sweep, samples, seed + 1)
     benefit, interference = th.one_sparse_terms(W, b, importance)
     return SimpleNamespace(
-        terms=_grid(sweep, weights * estimate), term_errors=_grid(sweep, weights * error),
+        terms=_grid(sweep, weights * estimate),
         expansion=_grid(sweep, (weights * estimate).sum(-1)),
         expansion_error=_grid(sweep, (weights * error).square().sum(-1).sqrt()),
         direct=_grid(sweep, direct.mean(-1)),
@@ -127,7 +132,7 @@ def pattern_expansion(sweep, samples, seed=0):
         L0_exact=_grid(sweep, th.zero_input_loss(b, importance)), L0=_grid(sweep, estimate[:, 0]),
         L1_exact=_grid(sweep, benefit.sum(-1) + interference.sum((-1, -2))),
         L1=_grid(sweep, estimate[:, 1]), L1_error=_grid(sweep, error[:, 1]),
-        sparsities=sweep.sparsities, samples=samples)
+        sparsities=sweep.sparsities)
 
 
 # --- 2. feature benefit and interference ------------------------------------------------------
@@ -145,7 +150,7 @@ def interference_split(sweep):
     _, without_bias = th.one_sparse_at_one(W, b, importance, bias=False)
     _, linear = th.one_sparse_at_one(W, b, importance, relu=False, bias=False)
     gram = W.transpose(-1, -2) @ W
-    on = W.norm(dim=-2) > REPRESENTED
+    on = represented(W)
     pairs = on[:, :, None] & on[:, None, :] & ~torch.eye(sweep.features, dtype=torch.bool)
     positive = pairs & (gram > 0)
     freed = positive & (gram + b[:, None, :] <= 0)
@@ -184,7 +189,7 @@ def planar_shape(w, tolerance=5.0):
     w = torch.as_tensor(w)
     if w.shape[0] != 2:
         raise ValueError(f"planar_shape needs hidden = 2; got {w.shape[0]}")
-    on = w.norm(dim=0) > REPRESENTED
+    on = represented(w)
     angles = torch.sort(torch.rad2deg(torch.atan2(w[1, on], w[0, on])))[0]
     if len(angles) < 2:
         return "other"
@@ -207,7 +212,7 @@ def learned_packing(sweep):
     W, _, _, _ = _flat(sweep)
     energies, counts = [], []
     for w in W:
-        on = w.norm(dim=0) > REPRESENTED
+        on = represented(w)
         energies.append(float(th.packing_energy(w[:, on].T)))
         counts.append(int(on.sum()))
     return _grid(sweep, energies), _grid(sweep, counts)
@@ -217,8 +222,7 @@ def packing_comparison(sweep, restarts, steps):
     """Each model's learned packing energy against the best found by direct minimisation for the
     same number of represented features. Returns a dict with (sparsities, seeds) arrays."""
     learned, counts = learned_packing(sweep)
-    best = {k: packing_minimum(int(k), sweep.hidden, restarts, steps)["best"]
-            for k in np.unique(counts)}
+    best = {k: packing_minimum(int(k), sweep.hidden, restarts, steps) for k in np.unique(counts)}
     best_for_model = np.vectorize(best.get)(counts)
     return dict(n=sweep.features, m=sweep.hidden, learned=learned, counts=counts,
                 best=best_for_model, ratio=learned / best_for_model)
@@ -226,8 +230,6 @@ def packing_comparison(sweep, restarts, steps):
 
 @cached
 def packing_minimum(count, hidden, restarts, steps):
-    """The best packing energy of ``count`` points on S^(hidden-1) over ``restarts`` random starts,
-    the fraction of starts that reach it (within 1e-6), and the best configuration."""
-    energies, best = th.minimize_packing_energy(count, hidden, restarts, steps)
-    return dict(best=float(energies[0]), reached=float((energies < energies[0] + 1e-6).double().mean()),
-                configuration=best)
+    """The best packing energy of ``count`` points on S^(hidden-1) over ``restarts`` random starts."""
+    energies, _ = th.minimize_packing_energy(count, hidden, restarts, steps)
+    return float(energies[0])

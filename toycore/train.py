@@ -2,8 +2,10 @@
 
 ``train(model, data, steps=..., lr=...)`` runs full-batch training when ``data`` is a tensor
 (instances, batch, features) and minibatch training when it is a callable ``data(step)`` that
-returns a fresh batch. It records each instance's loss at chosen steps, and any metric
-``fn(model) -> (instances, ...)`` at the same steps.
+returns a fresh batch; ``data=None`` is for a model whose loss already knows its whole data set.
+A model with ``loss_and_grad()`` supplies its own (closed-form) gradient; any other model's
+``loss`` is differentiated by autograd. It records each instance's loss at chosen steps, and any
+metric ``fn(model) -> (instances, ...)`` at the same steps.
 """
 from dataclasses import dataclass, field
 
@@ -60,15 +62,16 @@ def train(model, data, *, steps, lr, optimizer="sgd", record_at=None, metrics=No
     record_at = record_steps(steps, 200) if record_at is None else np.unique(np.asarray(record_at))
     if record_at.size and (record_at[0] < 0 or record_at[-1] > steps):
         raise ValueError(f"record_at must lie in [0, {steps}]")
-    batch = data if torch.is_tensor(data) else None
+    closed_form = hasattr(model, "loss_and_grad")
     recorded_loss, recorded_metrics = [], {name: [] for name in metrics}
     next_record = 0
     bar = progress_bar(steps, desc)
     for step in range(steps + 1):
-        x = batch if batch is not None else data(step)
-        loss = model.loss(x)
+        inputs = () if data is None else (data if torch.is_tensor(data) else data(step),)
+        optim.zero_grad(set_to_none=True)
+        loss = model.loss_and_grad(*inputs) if closed_form else model.loss(*inputs)
         if next_record < len(record_at) and record_at[next_record] == step:
-            recorded_loss.append(loss.detach().cpu())
+            recorded_loss.append(loss.detach().cpu().clone())
             with torch.no_grad():
                 for name, fn in metrics.items():
                     # clone: on the CPU, detach().cpu() of a parameter is a view that later steps overwrite
@@ -76,8 +79,8 @@ def train(model, data, *, steps, lr, optimizer="sgd", record_at=None, metrics=No
             next_record += 1
         if step == steps:
             break
-        optim.zero_grad(set_to_none=True)
-        loss.sum().backward()
+        if not closed_form:
+            loss.sum().backward()
         optim.step()
         bar.update(1)
     bar.close()

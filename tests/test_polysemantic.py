@@ -1,0 +1,151 @@
+import numpy as np
+import pytest
+import torch
+
+from toycore.experiments import polysemantic as ex
+from toycore.models import TiedBasisAutoencoder, gram, tied_basis_reference_loss
+from toycore.theory import polysemantic as th
+from toycore.train import train
+
+
+@pytest.mark.parametrize("features, hidden", [(6, 10), (300, 320)])  # 300 uses the blocked Gram
+def test_closed_form_loss_and_gradient_match_autograd(features, hidden):
+    l1 = torch.tensor([0.0, 1e-3, 0.05], dtype=torch.float64)
+    model = TiedBasisAutoencoder(features, hidden, [1, 2, 3], l1, dtype=torch.float64)
+    loss = model.loss_and_grad()
+    W = model.W.detach().clone().requires_grad_(True)
+    reference = tied_basis_reference_loss(W, l1)
+    reference.sum().backward()
+    torch.testing.assert_close(loss, reference.detach(), rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(model.W.grad, W.grad, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(model.loss(), loss)
+
+
+def test_blocked_gram_is_the_full_product():
+    W = torch.randn(2, 257, 40, dtype=torch.float64)
+    torch.testing.assert_close(gram(W), W @ W.transpose(-1, -2), rtol=0, atol=1e-12)
+
+
+def test_tied_model_trains_with_the_shared_loop_and_refuses_bad_sizes():
+    model = TiedBasisAutoencoder(8, 16, [0, 1], 1e-3)
+    history = train(model, None, steps=300, lr=1e-2, optimizer="adam", record_at=[0, 300])
+    assert history.loss.shape == (2, 2)
+    assert (history.loss[-1] < 0.3 * history.loss[0]).all()
+    with pytest.raises(ValueError, match="hidden must be >= features"):
+        TiedBasisAutoencoder(8, 4, [0], 1e-3)
+    with pytest.raises(ValueError, match="l1"):
+        TiedBasisAutoencoder(8, 8, [0, 1], [1e-3])
+    with pytest.raises(ValueError, match="l1"):
+        TiedBasisAutoencoder(8, 8, [0], -1.0)
+
+
+def test_exact_solutions():
+    assert th.reconstruction_loss(th.monosemantic(6, 9)) == 0
+    opposite = th.paired(6, 9, sign=-1)
+    assert th.reconstruction_loss(opposite) == 0
+    assert th.count_polysemantic(opposite) == 3
+    assert th.reconstruction_loss(th.paired(6, 9, sign=1)) == 6  # 2 per same-sign pair
+    with pytest.raises(ValueError, match="even"):
+        th.paired(5, 9)
+    with pytest.raises(ValueError, match="hidden must be >= features"):
+        th.monosemantic(5, 4)
+
+
+def test_polysemantic_counter_on_hand_built_matrices():
+    W = torch.zeros(5, 4)
+    W[0, 0], W[1, 0] = 1.0, -0.9           # neuron 0: two features in [0.8, 1.2]
+    W[2, 1], W[3, 1] = 1.0, 0.5            # neuron 1: the second weight is too small
+    W[4, 2], W[0, 2] = 1.25, 1.0           # neuron 2: 1.25 is too large
+    W[1, 3], W[2, 3], W[3, 3] = 0.8, 1.2, -1.0  # neuron 3: three features, both ends included
+    assert th.polysemantic_neurons(W).tolist() == [True, False, False, True]
+    assert th.count_polysemantic(torch.stack([W, torch.eye(5, 4)])).tolist() == [2, 0]
+
+
+def test_fast_sparsification_equals_plain_euler():
+    initial = ex.initial_encoding(400, seed=3)
+    plain = ex.euler_sparsification(initial, 2e-3, 0.5, 3000)
+    fast = ex.simulate_sparsification(initial, 2e-3, 0.5, 3000)
+    np.testing.assert_allclose(fast.l1_norm, plain.sum(1), rtol=1e-10)
+    np.testing.assert_allclose(fast.norm, (plain**2).sum(1), rtol=1e-10)
+    assert np.array_equal(fast.nonzero, (plain > 0).sum(1))
+    assert fast.nonzero[-1] == 1 and fast.nonzero[0] == 400
+
+
+@pytest.mark.parametrize("hidden, l1", [(2_000, 1e-3), (20_000, 1e-4)])
+def test_sparsification_goes_through_the_three_phases(hidden, l1):
+    run = ex.simulate_sparsification(ex.initial_encoding(hidden, 0), l1, 0.5, int(8 / l1))
+    law, _ = th.sparsification_law(run.time, hidden, l1)
+    start = run.time <= 0.1 / (l1 * hidden**0.5)
+    # phase 1: ‖w‖₁ still of order √m
+    assert np.all(np.abs(np.log(run.l1_norm[start] / law[start])) < np.log(1.5))
+    # phase 2 (Appendix B's form, which holds at small m too): 1/‖w‖₁ = 1/√m + Θ(λ t)
+    middle = run.time <= 0.3 / l1
+    fit = np.polyfit(run.time[middle], 1 / run.l1_norm[middle], 1)
+    residual = 1 / run.l1_norm[middle] - np.polyval(fit, run.time[middle])
+    assert 0.5 < fit[0] / l1 < 2
+    assert np.abs(residual).max() < 0.1 * (1 / run.l1_norm[middle]).max()
+    # phase 3: one weight of size about 1, reached at t = Θ(1/λ)
+    assert run.nonzero[-1] == 1 and abs(run.l1_norm[-1] - 1) < 10 * l1
+    assert 0.3 < l1 * run.time[np.argmax(run.nonzero == 1)] < 3
+
+
+def test_relative_variance_bounds_and_percentiles():
+    w = np.array([4.0, 3.0, 2.0, 1.0])
+    lower, upper = th.relative_variance_bounds(w)
+    # m' = 2: values (4, 3); variance 0.25; shifted by w3 = 2 -> mean 1.5, by w2 = 3 -> mean 0.5
+    assert lower[1] == pytest.approx(0.25 / 1.5**2) and upper[1] == pytest.approx(0.25 / 0.5**2)
+    assert th.relative_variance(w) == pytest.approx(1.25 / 2.5**2)
+    ideal = th.regular_percentiles(10_001, 1.0)
+    assert ideal[5000] == pytest.approx(0.6744897, rel=1e-4)  # median of |N(0, 1)|
+    assert np.all(np.diff(ideal) < 0)
+
+
+def test_threshold_marks_growing_weights_without_interference():
+    # one encoding (n = 1, so no interference): d|W_k|/dt has the sign of |W_k| - θ
+    model = TiedBasisAutoencoder(1, 50, [4], 0.02, init_std=0.1, dtype=torch.float64)
+    model.loss_and_grad()
+    W, theta = model.W.detach(), th.threshold(model.W.detach(), 0.02)
+    growing = -(model.W.grad * W.sign()) > 0
+    assert torch.equal(growing, W.abs() > theta[..., None])
+
+
+def test_forced_collisions_share_the_largest_coordinate():
+    initial = ex.initial_weights(6, 20, [0, 1, 2])
+    benign, malign, k = ex.forced_collisions(initial, lead=1.5)
+    rows = torch.arange(3)
+    for start, sign in ((benign, -1), (malign, 1)):
+        assert torch.equal(start[:, 0].abs().argmax(-1), k)
+        assert torch.equal(start[:, 1].abs().argmax(-1), k)
+        assert torch.all(start[rows, 0, k].sign() * start[rows, 1, k].sign() == sign)
+        assert torch.equal(start[:, 2:], initial[:, 2:])
+    assert torch.allclose(benign[rows, 0, k], 1.5 * initial[rows, 0, k])
+
+
+def test_split_neurons_keeps_the_gram_matrix():
+    W = th.paired(4, 6, sign=-1)[None].clone()
+    starts, features, source = ex.split_neurons(W, noise=0.0, seed=0)
+    assert starts.shape == (2, 4, 7) and source.tolist() == [0, 0]
+    assert features.tolist() == [[0, 1], [2, 3]]
+    for start in starts:
+        torch.testing.assert_close(start @ start.T, W[0] @ W[0].T)
+    with pytest.raises(ValueError, match="no polysemantic neuron"):
+        ex.split_neurons(th.monosemantic(4, 6)[None], noise=0.01, seed=0)
+
+
+def test_winner_statistics_on_a_known_case():
+    initial = torch.tensor([[[0.9, 0.1, 0.0], [-0.8, 0.2, 0.0], [0.0, 0.3, 0.1]]])
+    final = torch.tensor([[[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 1.0, 0.0]]])
+    stats = ex.winner_statistics(initial, final)
+    assert stats.rank_counts.tolist() == [2, 1, 0]    # features 0 and 2 won their largest
+    assert stats.largest_collide == pytest.approx(1 / 3)  # pair (0, 1) shares coordinate 0 ...
+    assert stats.opposite_given_collide == 1.0         # ... with opposite signs
+    assert stats.winners_collide == pytest.approx(1 / 3)  # pair (1, 2) ends on neuron 1
+
+
+def test_bad_ode_input_is_refused():
+    with pytest.raises(ValueError, match="positive"):
+        ex.simulate_sparsification([0.1, -0.2], 1e-3, 0.5, 10)
+    with pytest.raises(ValueError, match="dt"):
+        ex.simulate_sparsification([0.1, 0.2], 1e-3, 2.0, 10)
+    with pytest.raises(ValueError, match="l1"):
+        ex.simulate_sparsification([0.1, 0.2], 0.0, 0.5, 10)

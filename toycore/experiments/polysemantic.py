@@ -1,0 +1,383 @@
+"""Chapter 3 experiments: incidental polysemanticity from l1 regularisation.
+
+Two kinds of run. The sparsification ODE of one encoding without interference (Figure 2, Figure
+7) is simulated exactly and fast through Appendix B's observation that every surviving weight
+moves by the same affine map. The tied model itself (``TiedBasisAutoencoder``) trains many
+instances at once with its closed-form gradient: AdamW for the text's Figure 3 settings, plain
+gradient descent where the text reasons about gradient flow. Runs that take long are ``@cached``.
+"""
+from types import SimpleNamespace
+
+import numpy as np
+import torch
+
+from ..cache import cached
+from ..data import check_size
+from ..models import TiedBasisAutoencoder
+from ..seeding import check_seeds, generator
+from ..theory import polysemantic as th
+from ..train import record_steps, train
+
+DTYPE = torch.float64
+
+
+# --- the sparsification ODE without interference ----------------------------------------------
+
+def initial_encoding(hidden, seed, std_scale=0.9):
+    """The text's Figure 2 start: |N(0, (0.9/√m)²)| in each of m coordinates, (m,) float64."""
+    check_size("hidden", hidden)
+    g = generator(seed, "encoding")
+    return (torch.randn(hidden, generator=g, dtype=DTYPE) * std_scale * hidden**-0.5).abs().numpy()
+
+
+def _check_ode(initial, l1, dt, steps):
+    initial = np.asarray(initial, dtype=float)
+    if initial.ndim != 1 or not len(initial) or not np.all(initial > 0):
+        raise ValueError("initial must be a non-empty vector of positive weights")
+    if not l1 > 0:
+        raise ValueError(f"l1 must be > 0; got {l1!r}")
+    if not 0 < dt <= 1:
+        raise ValueError(f"dt must be in (0, 1]; got {dt!r}")
+    check_size("steps", steps)
+    return initial
+
+
+def euler_sparsification(initial, l1, dt, steps):
+    """Plain Euler on dw/dt = (1 - |w|²) w - λ sign(w), coordinates that reach 0 dropped
+    (set to 0 for good), every coordinate stored: (steps + 1, m). For checking the fast one."""
+    w = _check_ode(initial, l1, dt, steps).copy()
+    path = [w.copy()]
+    for _ in range(steps):
+        w = np.where(w > 0, w + dt * ((1 - w @ w) * w - l1), 0.0)
+        w = np.maximum(w, 0.0)
+        path.append(w.copy())
+    return np.array(path)
+
+
+def simulate_sparsification(initial, l1, dt, steps):
+    """The same Euler iteration in O(1) per step, however large m.
+
+    An Euler step maps every surviving weight by the same affine map w -> c w - dt λ with
+    c = 1 + dt (1 - |w|²), so at every step the survivors are the m' largest initial weights
+    and w_k(t) = a(t) w_k(0) + b(t). Prefix sums of the sorted initial weights give |w|² and
+    |w|_1 in O(1); m' only decreases. Returns, per step 0..steps: time, |w|_1, |w|², m', a, b.
+    """
+    w0 = np.sort(_check_ode(initial, l1, dt, steps))[::-1]
+    first, second = np.cumsum(w0).tolist(), np.cumsum(w0**2).tolist()
+    w0 = w0.tolist()
+    a, b, alive = 1.0, 0.0, len(w0)
+    out = np.empty((steps + 1, 5))
+    for step in range(steps + 1):
+        s1, s2 = first[alive - 1], second[alive - 1]
+        norm = a * a * s2 + 2 * a * b * s1 + alive * b * b
+        out[step] = (a * s1 + alive * b, norm, alive, a, b)
+        c = 1 + dt * (1 - norm)
+        a, b = a * c, b * c - dt * l1
+        while alive > 1 and a * w0[alive - 1] + b <= 0:
+            alive -= 1
+    return SimpleNamespace(time=dt * np.arange(steps + 1), l1_norm=out[:, 0], norm=out[:, 1],
+                           nonzero=out[:, 2].astype(int), scale=out[:, 3], shift=out[:, 4],
+                           initial=np.array(w0), l1=l1, dt=dt)
+
+
+def survivors_relative_variance(run, initial=None):
+    """The relative variance Var/E² of the surviving weights at every step of a simulation,
+    from the same prefix sums (``initial`` defaults to the run's own start)."""
+    w0 = run.initial if initial is None else np.sort(initial)[::-1]
+    k = run.nonzero
+    s1, s2 = np.cumsum(w0)[k - 1], np.cumsum(w0**2)[k - 1]
+    mean = (run.scale * s1 + k * run.shift) / k
+    square = (run.scale**2 * s2 + 2 * run.scale * run.shift * s1 + k * run.shift**2) / k
+    return np.maximum(square - mean**2, 0.0) / mean**2
+
+
+@cached
+def sparsification_runs(hidden, l1, seeds, *, dt, steps):
+    """Figure 2's simulation for each seed, plus one from the regular-percentile start."""
+    seeds = check_seeds(seeds)
+    runs = [simulate_sparsification(initial_encoding(hidden, s), l1, dt, steps) for s in seeds]
+    ideal = simulate_sparsification(th.regular_percentiles(hidden, 0.9 * hidden**-0.5), l1, dt,
+                                    steps)
+    return SimpleNamespace(hidden=hidden, l1=l1, seeds=np.array(seeds), runs=runs, ideal=ideal)
+
+
+def sparsification_phases(result):
+    """Figure 2's three phases, measured on each seed's run (arrays over seeds):
+    start: |w|_1(0)/√m; slope: d log|w|_1 / d log t over the middle phase
+    [10/(λ√m), 0.1/λ]; rate: d(1/|w|_1)/dt over the same window, in units of λ (the text's
+    law with constants 1 says 1); end: λt when m' first reaches 1."""
+    m, l1 = result.hidden, result.l1
+    out = {"start": [], "slope": [], "rate": [], "end": []}
+    for run in result.runs:
+        middle = (run.time >= 10 / (l1 * m**0.5)) & (run.time <= 0.1 / l1)
+        t, norm = run.time[middle], run.l1_norm[middle]
+        out["start"].append(run.l1_norm[0] / m**0.5)
+        out["slope"].append(np.polyfit(np.log(t), np.log(norm), 1)[0])
+        out["rate"].append(np.polyfit(t, 1 / norm, 1)[0] / l1)
+        out["end"].append(l1 * run.time[np.argmax(run.nonzero == 1)])
+    return SimpleNamespace(**{k: np.array(v) for k, v in out.items()})
+
+
+def affine_check(hidden, l1, dt, steps, seed=0):
+    """Appendix B on plain Euler (no affine shortcut): at every step, fit one affine map from the
+    initial survivors to the current ones and report the largest residual relative to the
+    weights; and whether the survivors' relative variance lies between the bounds."""
+    initial = initial_encoding(hidden, seed)
+    path = euler_sparsification(initial, l1, dt, steps)
+    lower, upper = th.relative_variance_bounds(initial)
+    residual, inside, variance = 0.0, [], []
+    for w in path[1:]:
+        alive = w > 0
+        if alive.sum() < 2:
+            break
+        A = np.stack([initial[alive], np.ones(alive.sum())], axis=1)
+        fit, *_ = np.linalg.lstsq(A, w[alive], rcond=None)
+        residual = max(residual, np.abs(A @ fit - w[alive]).max() / w[alive].max())
+        rv = th.relative_variance(w[alive])
+        k = alive.sum()
+        inside.append(lower[k - 1] * (1 - 1e-9) <= rv <= upper[k - 1] * (1 + 1e-9))
+        variance.append(rv)
+    return SimpleNamespace(residual=residual, inside=np.mean(inside), variance=np.array(variance))
+
+
+# --- the tied model -----------------------------------------------------------------------------
+
+def initial_weights(features, hidden, seeds):
+    """The N(0, 1/m) start each seed gives ``TiedBasisAutoencoder``: (seeds, features, hidden)."""
+    return TiedBasisAutoencoder(features, hidden, seeds, l1=0.0).W.detach().to(DTYPE)
+
+
+def _overlap_tracker(model):
+    """A metric: the mean of W_i·W_j over the pairs i ≠ j with W_i·W_j > 0 at the start."""
+    with torch.no_grad():
+        G = model.W @ model.W.transpose(-1, -2)
+    positive = (G > 0) & ~torch.eye(G.shape[-1], dtype=torch.bool)
+    count = positive.sum((-2, -1))
+
+    def overlap(model):
+        return ((model.W @ model.W.transpose(-1, -2)) * positive).sum((-2, -1)) / count
+    return overlap
+
+
+def _threshold_agreement(model):
+    """Among the coordinates clearly away from their encoding's threshold θ_i (by more than
+    10%, and above θ_i / 2 so that dead ones do not count), the fraction that move the way the
+    threshold says: grow above θ_i, shrink below. Uses the gradient the step just computed,
+    interference included: (instances,)."""
+    W = model.W
+    theta = th.threshold(W, model.l1[:, None])[..., None]
+    size = W.abs()
+    growing = -(model.W.grad * W.sign()) > 0
+    decided = (size > theta / 2) & ((size - theta).abs() > 0.1 * theta)
+    agree = decided & (growing == (size > theta))
+    return agree.sum((-2, -1)) / decided.sum((-2, -1)).clamp(min=1)
+
+
+def _train(model, *, steps, lr, optimizer, records, metrics=None, desc):
+    history = train(model, None, steps=steps, lr=lr, optimizer=optimizer,
+                    record_at=record_steps(steps, records), metrics=metrics, desc=desc)
+    return history, model.W.detach().to(DTYPE)
+
+
+@cached
+def polysemantic_sweep(features, hiddens, seeds, l1, *, steps, lr):
+    """Figure 3: for each m, train one model per seed (batched) with the authors' AdamW.
+
+    Returns final W per m (a list of (seeds, n, m) float64), the polysemantic neuron counts
+    (len(hiddens), seeds) and the final losses."""
+    seeds = check_seeds(seeds)
+    finals, losses = [], []
+    for hidden in hiddens:
+        model = TiedBasisAutoencoder(features, hidden, seeds, l1)
+        history, W = _train(model, steps=steps, lr=lr, optimizer="adamw", records=2,
+                            desc=f"n={features} m={hidden}, {len(seeds)} seeds")
+        finals.append(W)
+        losses.append(history.loss[-1])
+    counts = np.array([th.count_polysemantic(W).numpy() for W in finals])
+    return SimpleNamespace(features=features, hiddens=np.array(hiddens), seeds=np.array(seeds),
+                           l1=l1, W=finals, counts=counts, loss=np.array(losses))
+
+
+@cached
+def gradient_flow_run(features, hidden, seeds, l1, *, steps, lr, records=60):
+    """Plain gradient descent (a small-step stand-in for the text's gradient flow), recording
+    the overlap of the initially positive pairs, the threshold agreement and the mean |W_i|²."""
+    model = TiedBasisAutoencoder(features, hidden, seeds, l1)
+    metrics = {"overlap": _overlap_tracker(model), "agreement": _threshold_agreement,
+               "norm": lambda model: model.W.square().sum(-1).mean(-1)}
+    history, W = _train(model, steps=steps, lr=lr, optimizer="sgd", records=records,
+                        metrics=metrics, desc=f"gradient descent n={features} m={hidden}")
+    return SimpleNamespace(features=features, hidden=hidden, seeds=np.array(seeds), l1=l1,
+                           time=history.steps * lr, W=W, loss=history.loss, **history.metrics)
+
+
+def _instances_from(W, l1, seed_base=0):
+    """A model whose instances start from the given W (instances, features, hidden)."""
+    instances, features, hidden = W.shape
+    model = TiedBasisAutoencoder(features, hidden, range(seed_base, seed_base + instances), l1)
+    with torch.no_grad():
+        model.W.copy_(W)
+    return model
+
+
+def forced_collisions(initial, lead=1.0):
+    """Make features 0 and 1 share their largest coordinate, with opposite signs (benign) and
+    with the same sign (malign): feature 1's largest entry is swapped into feature 0's largest
+    coordinate k, and its sign set. ``lead`` > 1 scales both shared entries up so that, without
+    interference, they would surely win their races. ``initial``: (seeds, n, m). Returns the
+    benign and the malign starts (each (seeds, n, m)) and k (seeds,)."""
+    if not lead >= 1:
+        raise ValueError(f"lead must be >= 1; got {lead!r}")
+    W = torch.as_tensor(initial, dtype=DTYPE)
+    rows = torch.arange(len(W))
+    k = W[:, 0].abs().argmax(-1)
+    largest = W[:, 1].abs().argmax(-1)
+    starts = []
+    for sign in (-1.0, 1.0):
+        start = W.clone()
+        start[rows, 1, largest], start[rows, 1, k] = W[rows, 1, k], W[rows, 1, largest]
+        start[rows, 0, k] = lead * W[rows, 0, k]
+        start[rows, 1, k] = sign * lead * W[rows, 1, largest].abs() * W[rows, 0, k].sign()
+        starts.append(start)
+    return starts[0], starts[1], k
+
+
+@cached
+def collision_runs(features, hidden, seeds, l1, *, steps, lr, lead=1.0, records=60):
+    """Gradient descent from the benign and the malign forced collision of each seed, recording
+    both features' weights on the shared neuron k over time."""
+    benign, malign, k = forced_collisions(initial_weights(features, hidden, seeds), lead)
+    model = _instances_from(torch.cat([benign, malign]).float(), l1)
+    both = torch.cat([k, k])
+    rows, pair = torch.arange(len(both))[:, None], torch.arange(2)[None, :]
+    shared = {"shared": lambda model: model.W[rows, pair, both[:, None]]}
+    history, W = _train(model, steps=steps, lr=lr, optimizer="sgd", records=records,
+                        metrics=shared, desc=f"forced collisions, {len(both)} runs")
+    count = len(k)
+    return SimpleNamespace(time=history.steps * lr, k=k.numpy(), seeds=np.array(seeds),
+                           start={"benign": benign[:, :2], "malign": malign[:, :2]},
+                           shared={"benign": history.metrics["shared"][:, :count],
+                                   "malign": history.metrics["shared"][:, count:]},
+                           W={"benign": W[:count], "malign": W[count:]})
+
+
+def split_neurons(W, noise, seed):
+    """Section 5's proposed fix, for every polysemantic neuron of every model in W (models, n, m).
+
+    Each instance is one model with one polysemantic neuron k duplicated into a new last column.
+    The text halves the copies' outgoing weights; in a tied model the outgoing weights are the
+    incoming ones, so both copies get W_k/√2, which leaves W Wᵀ (and the loss's data term) as
+    it was, plus independent N(0, noise²) perturbations on the features' nonzero entries.
+    Returns the starts (instances, n, m + 1), the two features (instances, 2) and the model
+    each instance came from (instances,)."""
+    W = torch.as_tensor(W, dtype=DTYPE)
+    which, neuron = th.polysemantic_neurons(W).nonzero(as_tuple=True)
+    if not len(which):
+        raise ValueError("no polysemantic neuron to split: every neuron represents at most one "
+                         "feature")
+    g = generator(seed, "split")
+    starts, features = [], []
+    for model, k in zip(which.tolist(), neuron.tolist()):
+        column = W[model, :, k] / 2**0.5
+        start = torch.cat([W[model], column[:, None]], dim=1)
+        start[:, k] = column
+        on = th.representing(W[model, :, k]).nonzero().flatten()
+        start[on[:, None], torch.tensor([k, -1])] += noise * torch.randn(len(on), 2, generator=g,
+                                                                         dtype=DTYPE)
+        starts.append(start)
+        features.append(on[:2])
+    return torch.stack(starts), torch.stack(features), which
+
+
+@cached
+def split_runs(W, l1, *, noise, steps, lr, optimizer, seed=0):
+    """Train every split neuron's model on (see ``split_neurons``) and report, per instance,
+    whether its two features ended on different neurons, each monosemantic."""
+    starts, features, source = split_neurons(W, noise, seed)
+    model = _instances_from(starts.float(), l1)
+    _, final = _train(model, steps=steps, lr=lr, optimizer=optimizer, records=2,
+                      desc=f"{len(starts)} split neurons")
+    rows = torch.arange(len(final))[:, None]
+    homes = final.abs()[rows, features].argmax(-1)  # (instances, 2): each feature's neuron
+    represented = th.representing(final)[rows, features, homes]
+    alone = th.representing(final).sum(-2)[rows, homes] == 1
+    separated = (homes[:, 0] != homes[:, 1]) & (represented & alone).all(-1)
+    return SimpleNamespace(separated=separated.numpy(), features=features.numpy(),
+                           source=source.numpy(), W=final)
+
+
+# --- analyses -------------------------------------------------------------------------------------
+
+def law_fit(sweep, confidence=0.95):
+    """Fit count = c n²/m through the origin, per seed over all m, and pool the seeds.
+
+    Returns c (the mean of the per-seed fits) with its t-interval over seeds, and the slope of
+    log(mean count) against log m (the law says -1)."""
+    from scipy import stats
+
+    x = sweep.features**2 / sweep.hiddens.astype(float)          # (hiddens,)
+    per_seed = (sweep.counts * x[:, None]).sum(0) / (x**2).sum()  # (seeds,)
+    half = stats.t.ppf((1 + confidence) / 2, len(per_seed) - 1) * per_seed.std(ddof=1) \
+        / len(per_seed) ** 0.5
+    mean_count = sweep.counts.mean(1)
+    slope = np.polyfit(np.log(sweep.hiddens), np.log(np.maximum(mean_count, 1e-12)), 1)[0]
+    return SimpleNamespace(constant=per_seed.mean(), interval=(per_seed.mean() - half,
+                                                               per_seed.mean() + half),
+                           per_seed=per_seed, slope=slope)
+
+
+def _pairs_sharing(index):
+    """For index (seeds, n): which pairs i < j share their entry: bool (seeds, n, n), upper."""
+    n = index.shape[-1]
+    upper = torch.ones(n, n, dtype=torch.bool).triu(1)
+    return (index[:, :, None] == index[:, None, :]) & upper
+
+
+def winner_statistics(initial, final):
+    """Footnote 6 and the collision counts behind 1/(2m), for one size.
+
+    initial, final: (seeds, n, m). Each feature's winner is its largest |W_ik| at the end; its
+    rank is that coordinate's place at initialisation (1 = largest). Returns the rank counts
+    (m,), the fraction of pairs whose initial largest coordinates coincide, the fraction of
+    those with opposite signs, and the fraction of pairs whose winners coincide."""
+    initial, final = torch.as_tensor(initial), torch.as_tensor(final)
+    seeds, n, m = initial.shape
+    winner = final.abs().argmax(-1)
+    start = initial.abs()
+    rank = (start > start.gather(-1, winner[..., None])).sum(-1) + 1
+    largest = start.argmax(-1)
+    collide = _pairs_sharing(largest)
+    sign = initial.gather(-1, largest[..., None])[..., 0].sign()
+    opposite = collide & (sign[:, :, None] != sign[:, None, :])
+    pairs = seeds * n * (n - 1) / 2
+    return SimpleNamespace(
+        rank_counts=torch.bincount(rank.flatten() - 1, minlength=m).numpy(),
+        largest_wins=(rank == 1).double().mean().item(),
+        largest_collide=collide.sum().item() / pairs,
+        opposite_given_collide=opposite.sum().item() / max(collide.sum().item(), 1),
+        winners_collide=_pairs_sharing(winner).sum().item() / pairs, hidden=m, features=n)
+
+
+def sweep_winner_statistics(sweep):
+    """``winner_statistics`` for every m of a Figure 3 sweep."""
+    return [winner_statistics(initial_weights(sweep.features, int(m), sweep.seeds.tolist()), W)
+            for m, W in zip(sweep.hiddens, sweep.W)]
+
+
+@cached
+def explorer_runs(features, hiddens, l1s, seed, *, steps, lr):
+    """One model per (m, λ) from the same seed, trained as in Figure 3: {(m, λ): W (n, m)}."""
+    runs = {}
+    for hidden in hiddens:
+        model = TiedBasisAutoencoder(features, hidden, [seed] * len(l1s), l1s)
+        _, W = _train(model, steps=steps, lr=lr, optimizer="adamw", records=2,
+                      desc=f"explorer m={hidden}")
+        runs.update({(hidden, l1): w for l1, w in zip(l1s, W)})
+    return runs
+
+
+def train_one(features, hidden, l1, steps, seed=0, lr=1e-3):
+    """One small model trained as in Figure 3, for the live explorer: W (n, m)."""
+    model = TiedBasisAutoencoder(features, hidden, [seed], l1)
+    return _train(model, steps=steps, lr=lr, optimizer="adamw", records=2,
+                  desc=f"n={features} m={hidden} λ={l1}")[1][0]

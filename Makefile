@@ -1,5 +1,6 @@
 # make book [PROFILE=ci|cpu|paper]   execute every chapter and build the HTML book
 # make test                          the whole test suite, chapters run in the `ci` profile
+# make benchmark                     chapter 3's closed-form step against plain autograd
 PROFILE ?= cpu
 PROFILES := ci cpu paper
 VENV ?= .venv
@@ -8,7 +9,7 @@ SYSTEM_PYTHON ?= python3
 # The installed marker is rebuilt whenever the pins or the package metadata change.
 INSTALLED := $(VENV)/.installed
 
-.PHONY: book test clean
+.PHONY: book test benchmark clean
 
 # Refuse an unknown profile before any work, installing included.
 ifneq ($(words $(PROFILE)),1)
@@ -29,6 +30,9 @@ book: $(INSTALLED)
 
 test: $(INSTALLED)
 	TOYCORE_PROFILE=ci $(PYTHON) -m pytest
+
+benchmark: $(INSTALLED)
+	$(PYTHON) benchmarks/tied_step.py
 
 clean:
 	rm -rf _build

@@ -174,9 +174,11 @@ def _threshold_agreement(model):
 
 
 def _train(model, *, steps, lr, optimizer, records, metrics=None, desc):
+    """Train and return the history and the final W as a float64 array. Arrays, not tensors:
+    results feed other cached runs, and joblib hashes arrays by content."""
     history = train(model, None, steps=steps, lr=lr, optimizer=optimizer,
                     record_at=record_steps(steps, records), metrics=metrics, desc=desc)
-    return history, model.W.detach().to(DTYPE)
+    return history, model.W.detach().to(DTYPE).numpy()
 
 
 @cached
@@ -255,7 +257,6 @@ def collision_runs(features, hidden, seeds, l1, *, steps, lr, lead=1.0, records=
                         metrics=shared, desc=f"forced collisions, {len(both)} runs")
     count = len(k)
     return SimpleNamespace(time=history.steps * lr, k=k.numpy(), seeds=np.array(seeds),
-                           start={"benign": benign[:, :2], "malign": malign[:, :2]},
                            shared={"benign": history.metrics["shared"][:, :count],
                                    "malign": history.metrics["shared"][:, count:]},
                            W={"benign": W[:count], "malign": W[count:]})
@@ -297,13 +298,14 @@ def split_runs(W, l1, *, noise, steps, lr, optimizer, seed=0):
     model = _instances_from(starts.float(), l1)
     _, final = _train(model, steps=steps, lr=lr, optimizer=optimizer, records=2,
                       desc=f"{len(starts)} split neurons")
+    final = torch.as_tensor(final)
     rows = torch.arange(len(final))[:, None]
     homes = final.abs()[rows, features].argmax(-1)  # (instances, 2): each feature's neuron
     represented = th.representing(final)[rows, features, homes]
     alone = th.representing(final).sum(-2)[rows, homes] == 1
     separated = (homes[:, 0] != homes[:, 1]) & (represented & alone).all(-1)
     return SimpleNamespace(separated=separated.numpy(), features=features.numpy(),
-                           source=source.numpy(), W=final)
+                           source=source.numpy(), W=final.numpy())
 
 
 # --- analyses -------------------------------------------------------------------------------------

@@ -51,11 +51,11 @@ def threshold(run, flow):
     index = np.unique(np.geomspace(1, len(run.time) - 1, 600).astype(int))
     k = run.nonzero[index]
     largest = run.scale[index] * run.initial[0] + run.shift[index]
-    smallest = run.scale[index] * run.initial[k - 1] + run.shift[index]
+    median = run.scale[index] * run.initial[(k - 1) // 2] + run.shift[index]
     theta = run.l1 / (1 - run.norm[index])
     time = run.time[index]
     left.loglog(time, largest, label="largest weight")
-    left.loglog(time, smallest, label="smallest surviving weight")
+    left.loglog(time, median, label="median surviving weight")
     left.loglog(time, theta, "k--", lw=1, label="θ = λ / (1 − ‖w‖²)")
     left.set(xlabel="training time t", ylabel="weight", title="simulation, no interference")
     left.legend()

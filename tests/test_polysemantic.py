@@ -140,6 +140,9 @@ def test_winner_statistics_on_a_known_case():
     assert stats.largest_collide == pytest.approx(1 / 3)  # pair (0, 1) shares coordinate 0 ...
     assert stats.opposite_given_collide == 1.0         # ... with opposite signs
     assert stats.winners_collide == pytest.approx(1 / 3)  # pair (1, 2) ends on neuron 1
+    pooled = ex.pooled_collisions([stats, stats], seeds=1)
+    assert (pooled.observed, pooled.expected) == pytest.approx((2, 2))  # 3 pairs / m = 3, twice
+    assert pooled.opposite == 1.0 and pooled.winners.tolist() == pytest.approx([2, 2])
 
 
 def test_bad_ode_input_is_refused():

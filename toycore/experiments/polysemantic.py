@@ -366,6 +366,20 @@ def sweep_winner_statistics(sweep):
             for m, W in zip(sweep.hiddens, sweep.W)]
 
 
+def pooled_collisions(statistics, seeds):
+    """Pool ``winner_statistics`` of several sizes, each over ``seeds`` models: the collisions
+    of largest initial coordinates observed and expected (Σ pairs/m), the share of them with
+    opposite signs, and per size the final winners' coincidence rate in units of 1/(2m)."""
+    pairs = np.array([s.features * (s.features - 1) / 2 * seeds for s in statistics])
+    hidden = np.array([s.hidden for s in statistics])
+    collide = np.array([s.largest_collide for s in statistics]) * pairs
+    opposite = np.array([s.opposite_given_collide for s in statistics]) * collide
+    return SimpleNamespace(
+        observed=collide.sum(), expected=(pairs / hidden).sum(),
+        opposite=opposite.sum() / collide.sum(),
+        winners=np.array([s.winners_collide for s in statistics]) * 2 * hidden)
+
+
 @cached
 def explorer_runs(features, hiddens, l1s, seed, *, steps, lr):
     """One model per (m, λ) from the same seed, trained as in Figure 3: {(m, λ): W (n, m)}."""
@@ -383,3 +397,9 @@ def train_one(features, hidden, l1, steps, seed=0, lr=1e-3):
     model = TiedBasisAutoencoder(features, hidden, [seed], l1)
     return _train(model, steps=steps, lr=lr, optimizer="adamw", records=2,
                   desc=f"n={features} m={hidden} λ={l1}")[1][0]
+
+
+def keep_shared(runs, kind):
+    """Per seed of ``collision_runs``: how many of the two features end on the shared neuron
+    (|weight| in [0.8, 1.2]). kind: "benign" or "malign"."""
+    return th.representing(runs.shared[kind][-1]).sum(-1).numpy()

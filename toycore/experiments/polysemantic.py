@@ -125,7 +125,7 @@ def affine_check(hidden, l1, dt, steps, seed=0):
     initial = initial_encoding(hidden, seed)
     path = euler_sparsification(initial, l1, dt, steps)
     lower, upper = th.relative_variance_bounds(initial)
-    residual, inside, variance = 0.0, [], []
+    residual, inside = 0.0, []
     for w in path[1:]:
         alive = w > 0
         if alive.sum() < 2:
@@ -133,11 +133,9 @@ def affine_check(hidden, l1, dt, steps, seed=0):
         A = np.stack([initial[alive], np.ones(alive.sum())], axis=1)
         fit, *_ = np.linalg.lstsq(A, w[alive], rcond=None)
         residual = max(residual, np.abs(A @ fit - w[alive]).max() / w[alive].max())
-        rv = th.relative_variance(w[alive])
-        k = alive.sum()
+        rv, k = th.relative_variance(w[alive]), alive.sum()
         inside.append(lower[k - 1] * (1 - 1e-9) <= rv <= upper[k - 1] * (1 + 1e-9))
-        variance.append(rv)
-    return SimpleNamespace(residual=residual, inside=np.mean(inside), variance=np.array(variance))
+    return SimpleNamespace(residual=residual, inside=np.mean(inside))
 
 
 # --- the tied model -----------------------------------------------------------------------------
@@ -185,32 +183,29 @@ def _train(model, *, steps, lr, optimizer, records, metrics=None, desc):
 def polysemantic_sweep(features, hiddens, seeds, l1, *, steps, lr):
     """Figure 3: for each m, train one model per seed (batched) with the authors' AdamW.
 
-    Returns final W per m (a list of (seeds, n, m) float64), the polysemantic neuron counts
-    (len(hiddens), seeds) and the final losses."""
+    Returns final W per m (a list of (seeds, n, m) float64) and the polysemantic neuron counts
+    (len(hiddens), seeds)."""
     seeds = check_seeds(seeds)
-    finals, losses = [], []
+    finals = []
     for hidden in hiddens:
         model = TiedBasisAutoencoder(features, hidden, seeds, l1)
-        history, W = _train(model, steps=steps, lr=lr, optimizer="adamw", records=2,
-                            desc=f"n={features} m={hidden}, {len(seeds)} seeds")
-        finals.append(W)
-        losses.append(history.loss[-1])
+        finals.append(_train(model, steps=steps, lr=lr, optimizer="adamw", records=2,
+                             desc=f"n={features} m={hidden}, {len(seeds)} seeds")[1])
     counts = np.array([th.count_polysemantic(W).numpy() for W in finals])
     return SimpleNamespace(features=features, hiddens=np.array(hiddens), seeds=np.array(seeds),
-                           l1=l1, W=finals, counts=counts, loss=np.array(losses))
+                           l1=l1, W=finals, counts=counts)
 
 
 @cached
 def gradient_flow_run(features, hidden, seeds, l1, *, steps, lr, records=60):
     """Plain gradient descent (a small-step stand-in for the text's gradient flow), recording
-    the overlap of the initially positive pairs, the threshold agreement and the mean |W_i|²."""
+    the overlap of the initially positive pairs and the threshold agreement over time."""
     model = TiedBasisAutoencoder(features, hidden, seeds, l1)
-    metrics = {"overlap": _overlap_tracker(model), "agreement": _threshold_agreement,
-               "norm": lambda model: model.W.square().sum(-1).mean(-1)}
+    metrics = {"overlap": _overlap_tracker(model), "agreement": _threshold_agreement}
     history, W = _train(model, steps=steps, lr=lr, optimizer="sgd", records=records,
                         metrics=metrics, desc=f"gradient descent n={features} m={hidden}")
     return SimpleNamespace(features=features, hidden=hidden, seeds=np.array(seeds), l1=l1,
-                           time=history.steps * lr, W=W, loss=history.loss, **history.metrics)
+                           time=history.steps * lr, W=W, **history.metrics)
 
 
 def _instances_from(W, l1, seed_base=0):
@@ -253,13 +248,12 @@ def collision_runs(features, hidden, seeds, l1, *, steps, lr, lead=1.0, records=
     both = torch.cat([k, k])
     rows, pair = torch.arange(len(both))[:, None], torch.arange(2)[None, :]
     shared = {"shared": lambda model: model.W[rows, pair, both[:, None]]}
-    history, W = _train(model, steps=steps, lr=lr, optimizer="sgd", records=records,
+    history, _ = _train(model, steps=steps, lr=lr, optimizer="sgd", records=records,
                         metrics=shared, desc=f"forced collisions, {len(both)} runs")
     count = len(k)
-    return SimpleNamespace(time=history.steps * lr, k=k.numpy(), seeds=np.array(seeds),
+    return SimpleNamespace(time=history.steps * lr,
                            shared={"benign": history.metrics["shared"][:, :count],
-                                   "malign": history.metrics["shared"][:, count:]},
-                           W={"benign": W[:count], "malign": W[count:]})
+                                   "malign": history.metrics["shared"][:, count:]})
 
 
 def split_neurons(W, noise, seed):
@@ -292,9 +286,9 @@ def split_neurons(W, noise, seed):
 
 @cached
 def split_runs(W, l1, *, noise, steps, lr, optimizer, seed=0):
-    """Train every split neuron's model on (see ``split_neurons``) and report, per instance,
-    whether its two features ended on different neurons, each monosemantic."""
-    starts, features, source = split_neurons(W, noise, seed)
+    """Train every split neuron's model on (see ``split_neurons``) and return, per instance,
+    whether its two features ended on different neurons, each monosemantic: bool (instances,)."""
+    starts, features, _ = split_neurons(W, noise, seed)
     model = _instances_from(starts.float(), l1)
     _, final = _train(model, steps=steps, lr=lr, optimizer=optimizer, records=2,
                       desc=f"{len(starts)} split neurons")
@@ -304,8 +298,7 @@ def split_runs(W, l1, *, noise, steps, lr, optimizer, seed=0):
     represented = th.representing(final)[rows, features, homes]
     alone = th.representing(final).sum(-2)[rows, homes] == 1
     separated = (homes[:, 0] != homes[:, 1]) & (represented & alone).all(-1)
-    return SimpleNamespace(separated=separated.numpy(), features=features.numpy(),
-                           source=source.numpy(), W=final.numpy())
+    return separated.numpy()
 
 
 # --- analyses -------------------------------------------------------------------------------------

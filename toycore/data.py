@@ -19,6 +19,14 @@ def check_probability(name, values):
     return tensor
 
 
+def sparse_moments(sparsity):
+    """Moments of one feature x_i = c_i u_i, c ~ Bernoulli(1-S), u ~ U[0,1]: E x_i, E x_i^2,
+    E x_i^4, Var x_i, and E x_i x_j for i != j (features are independent). Works on arrays."""
+    density = 1 - sparsity
+    return {"mean": density / 2, "square": density / 3, "fourth": density / 5,
+            "variance": density / 3 - density**2 / 4, "cross": density**2 / 4}
+
+
 class SparseUniform:
     """x_i = c_i u_i with c_i ~ Bernoulli(1 - S) and u_i ~ U[0, 1], independently per feature.
 

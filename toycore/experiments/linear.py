@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from ..cache import cached
-from ..data import SparseUniform
+from ..data import SparseUniform, sparse_moments
 from ..models import LinearAutoencoder, TiedLinear
 from ..theory import linear as th
 from ..train import train
@@ -43,10 +43,10 @@ def moments(features, sparsity, samples, seeds):
         "square": x.pow(2).mean((-1, -2)),
         "cross": products[:, off_diagonal].mean(-1),
     }
-    exact = th.sparse_moments(sparsity)
+    exact = sparse_moments(sparsity)
     variance = {  # variance of one value x_i, x_i^2 or x_i x_j
-        "mean": exact["square"] - exact["mean"] ** 2,
-        "square": (1 - sparsity) / 5 - exact["square"] ** 2,
+        "mean": exact["variance"],
+        "square": exact["fourth"] - exact["square"] ** 2,
         "cross": exact["square"] ** 2 - exact["cross"] ** 2,
     }
     n = samples * len(seeds)

@@ -12,14 +12,10 @@ import numpy as np
 import torch
 from scipy.integrate import solve_ivp
 
+from ..data import sparse_moments
+
 
 # --- sparse data -------------------------------------------------------------------------------
-
-def sparse_moments(sparsity):
-    """E x_i, E x_i^2 and E x_i x_j (i != j) for x_i = c_i u_i, c ~ Bernoulli(1-S), u ~ U[0,1]."""
-    density = 1 - sparsity
-    return {"mean": density / 2, "square": density / 3, "cross": density**2 / 4}
-
 
 def population_second_moment(features, sparsity, dtype=torch.float64):
     """E x xᵀ: (1-S)/3 on the diagonal, (1-S)^2/4 off it."""

@@ -14,6 +14,8 @@ import math
 
 import torch
 
+from ..data import sparse_moments
+
 
 def pattern_weights(features, sparsity):
     """(1 - S)^k S^(n-k) for k = 0..n: the probability of one given pattern with k active features.
@@ -94,12 +96,6 @@ def _off_diagonal(pairs):
     return pairs.masked_fill(eye, 0.0)
 
 
-def feature_variance(sparsity):
-    """Var x_i = (1 - S)/3 - (1 - S)^2/4."""
-    density = 1 - sparsity
-    return density / 3 - density**2 / 4
-
-
 def linear_optimum(importance, hidden, sparsity):
     """The lowest loss of the linear model x -> Wᵀ W x + b with m = ``hidden``.
 
@@ -108,7 +104,7 @@ def linear_optimum(importance, hidden, sparsity):
     bias supplies the others' means, and the loss is Var(x_i) times the importance left out.
     """
     left_out = torch.sort(torch.as_tensor(importance, dtype=torch.float64), descending=True)[0]
-    return feature_variance(sparsity) * left_out[..., hidden:].sum(-1)
+    return sparse_moments(sparsity)["variance"] * left_out[..., hidden:].sum(-1)
 
 
 def linear_loss(W, b, importance, sparsity):
@@ -117,10 +113,10 @@ def linear_loss(W, b, importance, sparsity):
     The residual r = (1 - Wᵀ W) x - b has mean ((1 - Wᵀ W) 1) E x_i - b and, the features being
     independent, variance Var(x_i) Σ_k (1 - Wᵀ W)_ik^2; L = Σ_i I_i (Var r_i + (E r_i)^2).
     """
-    S = torch.as_tensor(sparsity, dtype=W.dtype)[..., None]
+    moments = sparse_moments(torch.as_tensor(sparsity, dtype=W.dtype)[..., None])
     residual_map = torch.eye(W.shape[-1], dtype=W.dtype) - W.transpose(-1, -2) @ W
-    mean = residual_map.sum(-1) * (1 - S) / 2 - b
-    variance = feature_variance(S) * residual_map.square().sum(-1)
+    mean = residual_map.sum(-1) * moments["mean"] - b
+    variance = moments["variance"] * residual_map.square().sum(-1)
     return (importance * (variance + mean.square())).sum(-1)
 
 

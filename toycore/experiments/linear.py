@@ -11,6 +11,7 @@ import torch
 from ..cache import cached
 from ..data import SparseUniform, sparse_moments
 from ..models import LinearAutoencoder, TiedLinear
+from ..seeding import generator
 from ..theory import linear as th
 from ..train import train
 
@@ -112,10 +113,10 @@ def critical_point_census(features, hidden, sparsity, samples, seed):
     if eigenvalues[-1] <= 1e-9 * eigenvalues[0] or gaps.min() <= 1e-9 * eigenvalues[0]:
         raise ValueError(f"Σ from {samples} samples (seed {seed}) is singular or has a repeated "
                          f"eigenvalue, which Proposition 1 excludes: use more samples")
-    generator = torch.Generator().manual_seed(seed)
+    g = generator(seed, "census")
     rows = []
     for index_set in th.index_sets(features, hidden):
-        C = torch.randn(hidden, hidden, generator=generator, dtype=DTYPE) + 2 * torch.eye(hidden)
+        C = torch.randn(hidden, hidden, generator=g, dtype=DTYPE) + 2 * torch.eye(hidden)
         A, B = th.critical_point(eigenvectors, index_set, C)
         grad_A, grad_B = th.linear_gradients(A, B, sigma)
         hessian = th.hessian_eigenvalues(A, B, sigma)

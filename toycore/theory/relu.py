@@ -15,6 +15,7 @@ import math
 import torch
 
 from ..data import sparse_moments
+from ..seeding import generator
 
 
 def pattern_weights(features, sparsity):
@@ -138,7 +139,7 @@ def minimize_packing_energy(count, hidden, restarts, steps=2000, lr=0.05, seed=0
 
     Returns the final energies, sorted (restarts,), and the best configuration (count, hidden).
     """
-    g = torch.Generator().manual_seed(seed)
+    g = generator(seed, "packing")
     points = torch.randn(restarts, count, hidden, generator=g, dtype=torch.float64)
     points.requires_grad_(True)
     optim = torch.optim.Adam([points], lr=lr)

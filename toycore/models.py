@@ -8,7 +8,7 @@ if trained alone.
 import torch
 from torch import nn
 
-from .data import check_size
+from .data import basis_vectors, check_size
 from .seeding import check_seeds, generator
 
 
@@ -178,12 +178,12 @@ def gram(W, blocks=4):
     return G
 
 
-def tied_basis_loss_from_gram(G, l1_norm, l1):
-    """Σ_i (1 - G_ii)² + Σ_{i≠j} ReLU(G_ij)² + λ |W|_1 per instance, from G = W Wᵀ (instances, n, n)
-    and |W|_1 (instances,)."""
+def tied_basis_reconstruction(G):
+    """The tied model's squared error summed over the n basis vectors, from G = W Wᵀ:
+    Σ_i (1 - G_ii)² + Σ_{i≠j} ReLU(G_ij)², (..., n, n) -> (...)."""
     diagonal = G.diagonal(dim1=-2, dim2=-1)
     interference = torch.relu(G).square().sum((-2, -1)) - diagonal.square().sum(-1)
-    return (1 - diagonal).square().sum(-1) + interference + l1 * l1_norm
+    return (1 - diagonal).square().sum(-1) + interference
 
 
 class TiedBasisAutoencoder(nn.Module):
@@ -216,14 +216,14 @@ class TiedBasisAutoencoder(nn.Module):
     def loss(self):
         """The loss on the whole data set: (instances,)."""
         W = self.W
-        return tied_basis_loss_from_gram(gram(W), W.abs().sum((-2, -1)), self.l1)
+        return tied_basis_reconstruction(gram(W)) + self.l1 * W.abs().sum((-2, -1))
 
     @torch.no_grad()
     def loss_and_grad(self):
         """The loss (instances,), with W.grad set to its closed-form gradient."""
         W = self.W
         G = gram(W)
-        loss = tied_basis_loss_from_gram(G, W.abs().sum((-2, -1)), self.l1)
+        loss = tied_basis_reconstruction(G) + self.l1 * W.abs().sum((-2, -1))
         M = torch.relu(G)
         M.diagonal(dim1=-2, dim2=-1).copy_(G.diagonal(dim1=-2, dim2=-1) - 1)
         # λ sign(W) + 4 M W, the product accumulated in place
@@ -235,8 +235,7 @@ def tied_basis_reference_loss(W, l1):
     """The same loss computed the plain way, through the network with autograd-able einsums:
     the basis vectors as a batch, hidden = x W, y = ReLU(hidden Wᵀ), summed squared error plus
     λ |W|_1. For checking the closed form and benchmarking against it: (instances,)."""
-    instances, features, _ = W.shape
-    x = torch.eye(features, dtype=W.dtype).expand(instances, features, features)
+    x = basis_vectors(W.shape[0], W.shape[1], dtype=W.dtype)
     hidden = torch.einsum("ibf,ifh->ibh", x, W)
     y = torch.relu(torch.einsum("ibh,ifh->ibf", hidden, W))
     return (y - x).square().sum((-2, -1)) + l1 * W.abs().sum((-2, -1))

@@ -163,7 +163,7 @@ def _threshold_agreement(model):
     threshold says: grow above θ_i, shrink below. Uses the gradient the step just computed,
     interference included: (instances,)."""
     W = model.W
-    theta = th.threshold(W, model.l1[:, None])[..., None]
+    theta = th.threshold(W.square().sum(-1), model.l1[:, None])[..., None]
     size = W.abs()
     growing = -(model.W.grad * W.sign()) > 0
     decided = (size > theta / 2) & ((size - theta).abs() > 0.1 * theta)
@@ -208,10 +208,10 @@ def gradient_flow_run(features, hidden, seeds, l1, *, steps, lr, records=60):
                            time=history.steps * lr, W=W, **history.metrics)
 
 
-def _instances_from(W, l1, seed_base=0):
+def _instances_from(W, l1):
     """A model whose instances start from the given W (instances, features, hidden)."""
     instances, features, hidden = W.shape
-    model = TiedBasisAutoencoder(features, hidden, range(seed_base, seed_base + instances), l1)
+    model = TiedBasisAutoencoder(features, hidden, range(instances), l1)
     with torch.no_grad():
         model.W.copy_(W)
     return model
@@ -232,7 +232,7 @@ def forced_collisions(initial, lead=1.0):
     starts = []
     for sign in (-1.0, 1.0):
         start = W.clone()
-        start[rows, 1, largest], start[rows, 1, k] = W[rows, 1, k], W[rows, 1, largest]
+        start[rows, 1, largest] = W[rows, 1, k]  # the swap; entry k is set below
         start[rows, 0, k] = lead * W[rows, 0, k]
         start[rows, 1, k] = sign * lead * W[rows, 1, largest].abs() * W[rows, 0, k].sign()
         starts.append(start)

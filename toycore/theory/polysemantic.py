@@ -13,6 +13,7 @@ import torch
 from scipy import special
 
 from ..data import check_size
+from ..models import tied_basis_reconstruction
 
 POLYSEMANTIC_RANGE = (0.8, 1.2)  # |W_ik| in this range: neuron k represents feature i
 
@@ -47,10 +48,8 @@ def paired(features, hidden, sign=-1):
 
 def reconstruction_loss(W):
     """Σ_i (1 - |W_i|²)² + Σ_{i≠j} ReLU(W_i·W_j)², the loss without its l1 term: (...)."""
-    G = torch.as_tensor(W) @ torch.as_tensor(W).transpose(-1, -2)
-    diagonal = G.diagonal(dim1=-2, dim2=-1)
-    return (1 - diagonal).square().sum(-1) + torch.relu(G).square().sum((-2, -1)) \
-        - diagonal.square().sum(-1)
+    W = torch.as_tensor(W)
+    return tied_basis_reconstruction(W @ W.transpose(-1, -2))
 
 
 def representing(W, bounds=POLYSEMANTIC_RANGE):
@@ -82,11 +81,11 @@ def sparsification_law(t, hidden, l1):
     return l1_norm, l1_norm**2
 
 
-def threshold(W, l1, gradient_constant=4.0):
-    """θ_i = λ / (c (1 - |W_i|²)): coordinates above it grow, below it shrink, ignoring
-    interference. c = 4 for the loss as written (∂L/∂W = 4(...) + λ sign W); the text drops
-    the 4, which is c = 1. W (..., features, hidden) -> (..., features); inf where |W_i| >= 1."""
-    slack = 1 - torch.as_tensor(W).square().sum(-1)
+def threshold(squared_norm, l1, gradient_constant=4.0):
+    """θ_i = λ / (c (1 - |W_i|²)) from |W_i|²: coordinates above it grow, below it shrink,
+    ignoring interference. c = 4 for the loss as written (∂L/∂W = 4(...) + λ sign W); the text
+    drops the 4, which is c = 1, as does its one-encoding ODE. inf where |W_i| >= 1."""
+    slack = 1 - torch.as_tensor(squared_norm)
     return torch.where(slack > 0, l1 / (gradient_constant * slack), torch.inf)
 
 

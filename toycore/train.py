@@ -71,7 +71,7 @@ def train(model, data, *, steps, lr, optimizer="sgd", record_at=None, metrics=No
         optim.zero_grad(set_to_none=True)
         loss = model.loss_and_grad(*inputs) if closed_form else model.loss(*inputs)
         if next_record < len(record_at) and record_at[next_record] == step:
-            recorded_loss.append(loss.detach().cpu().clone())
+            recorded_loss.append(loss.detach().cpu())
             with torch.no_grad():
                 for name, fn in metrics.items():
                     # clone: on the CPU, detach().cpu() of a parameter is a view that later steps overwrite

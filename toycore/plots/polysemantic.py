@@ -3,16 +3,21 @@ import numpy as np
 
 from ..experiments.polysemantic import survivors_relative_variance
 from ..theory import polysemantic as th
+from ..train import record_steps
 from . import figure
 
 
-def solutions(named):
-    """The exact solutions side by side: {title: W (n, m)}, each with its reconstruction loss."""
+def _log_index(run, count):
+    """About ``count`` step indices of a simulation, log-spaced, without step 0 (t = 0)."""
+    return record_steps(len(run.time) - 1, count)[1:]
+
+
+def solutions(named, losses):
+    """The exact solutions side by side: {title: W (n, m)}, with {title: reconstruction loss}."""
     fig, axes = figure(len(named), width=2.4, height=2.6)
     for ax, (title, W) in zip(axes, named.items()):
-        W = np.asarray(W)
-        ax.imshow(W, vmin=-1, vmax=1)
-        ax.set(title=f"{title}\nloss {th.reconstruction_loss(W):.3g}", xlabel="neuron k",
+        ax.imshow(np.asarray(W), vmin=-1, vmax=1)
+        ax.set(title=f"{title}\nloss {losses[title]:.3g}", xlabel="neuron k",
                ylabel="feature i", xticks=[], yticks=[])
         ax.grid(False)
     return fig
@@ -33,7 +38,7 @@ def sparsification(result):
     law = th.sparsification_law(t, result.hidden, result.l1)
     for ax, name, label, theory in zip(axes, ("l1_norm", "nonzero"), ("‖w‖₁", "m′"), law):
         for i, run in enumerate(result.runs):
-            index = np.unique(np.geomspace(1, len(run.time) - 1, 600).astype(int))
+            index = _log_index(run, 600)
             ax.loglog(run.time[index], getattr(run, name)[index], color="C0", alpha=0.7,
                       label="simulation" if i == 0 else None)
         ax.loglog(t, theory, "k--", lw=1, label="theory, constants 1")
@@ -48,11 +53,11 @@ def sparsification(result):
 def threshold(run, flow):
     """θ in the simulation (left) and in the trained model, interference included (right)."""
     fig, (left, right) = figure(2, width=3.9, height=3.1)
-    index = np.unique(np.geomspace(1, len(run.time) - 1, 600).astype(int))
+    index = _log_index(run, 600)
     k = run.nonzero[index]
     largest = run.scale[index] * run.initial[0] + run.shift[index]
     median = run.scale[index] * run.initial[(k - 1) // 2] + run.shift[index]
-    theta = run.l1 / (1 - run.norm[index])
+    theta = th.threshold(run.norm[index], run.l1, gradient_constant=1)
     time = run.time[index]
     left.loglog(time, largest, label="largest weight")
     left.loglog(time, median, label="median surviving weight")
@@ -73,7 +78,7 @@ def relative_variance(result):
     first seed's start (red) and the regular-percentile start (pink, dashed)."""
     fig, ax = figure(width=5.2, height=3.4)
     run = result.runs[0]
-    index = np.unique(np.geomspace(1, len(run.time) - 1, 800).astype(int))
+    index = _log_index(run, 800)
     k = run.nonzero[index]
     alive = k > 1
     time = run.time[index][alive]
@@ -171,9 +176,9 @@ def split_outcomes(named):
     return fig
 
 
-def sorted_weights(W, title=""):
+def sorted_weights(W, label=""):
     """A trained W with its used neurons sorted by the feature they represent; polysemantic
-    neurons marked above the matrix."""
+    neurons marked above the matrix and counted in the title, after ``label``."""
     W = np.asarray(W)
     used = np.abs(W).max(0) > 0.5
     owner = np.abs(W).argmax(0)
@@ -185,6 +190,6 @@ def sorted_weights(W, title=""):
                clip_on=False)
     ax.set(xlabel=f"the {len(order)} used neurons of {W.shape[1]}, sorted",
            ylabel="feature i",
-           title=title or f"{poly.sum()} polysemantic neurons (▼)")
+           title=f"{label}{poly.sum()} polysemantic neurons (▼)")
     ax.grid(False)
     return fig

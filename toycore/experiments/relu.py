@@ -14,7 +14,7 @@ from ..data import SparseUniform, check_size
 from ..models import ToyModel, toy_sample_loss
 from ..seeding import generator
 from ..theory import relu as th
-from ..train import record_steps, train
+from ..train import train
 
 DTYPE = torch.float64
 REPRESENTED = 0.5  # a feature counts as represented when |W_i| > 0.5, as in Elhage et al.
@@ -33,7 +33,7 @@ def train_sweep(features, hidden, sparsities, seeds, *, decay, steps, lr, batch=
     """Train one model per (sparsity, seed), all at once, with AdamW as Elhage et al. did.
 
     Returns a namespace with W (sparsities, seeds, hidden, features), b and importance
-    (sparsities, seeds, features) in float64, and the loss history (records, sparsities, seeds).
+    (sparsities, seeds, features) in float64.
     """
     check_size("batch", batch)
     sparsities, seeds = [float(s) for s in sparsities], [int(s) for s in seeds]
@@ -42,17 +42,15 @@ def train_sweep(features, hidden, sparsities, seeds, *, decay, steps, lr, batch=
     instance_seeds = seeds * len(sparsities)
     model = ToyModel(features, hidden, instance_seeds, importance=importance.float(), output=output)
     data = SparseUniform(instance_seeds, features, instance_sparsity)
-    history = train(model, lambda step: data.sample(batch), steps=steps, lr=lr, optimizer="adamw",
-                    record_at=record_steps(steps, 60),
-                    desc=f"{output} n={features} m={hidden}, {len(instance_seeds)} models")
+    train(model, lambda step: data.sample(batch), steps=steps, lr=lr, optimizer="adamw",
+          record_at=[steps], desc=f"{output} n={features} m={hidden}, {len(instance_seeds)} models")
     grid = (len(sparsities), len(seeds))
     return SimpleNamespace(
         features=features, hidden=hidden, output=output, decay=decay,
         sparsities=np.array(sparsities), seeds=np.array(seeds),
         W=model.W.detach().to(DTYPE).reshape(*grid, hidden, features),
         b=model.b.detach().to(DTYPE).reshape(*grid, features),
-        importance=importance.expand(*grid, features).clone(),
-        steps=history.steps, loss=history.loss.reshape(-1, *grid))
+        importance=importance.expand(*grid, features).clone())
 
 
 def _flat(sweep):

@@ -2,7 +2,6 @@
 import numpy as np
 from matplotlib import colormaps
 
-from ..experiments.relu import represented_count
 from . import figure
 
 
@@ -112,16 +111,16 @@ def interference(split, hidden):
     return fig
 
 
-def represented(relu, linear):
-    """Features with |W_i| > 0.5 against 1/(1-S), ReLU and linear output, mean and range."""
+def represented(sweep, counts):
+    """Features with |W_i| > 0.5 against 1/(1-S), mean and range over seeds, for each
+    {label: counts (sparsities, seeds)} of models shaped like ``sweep``."""
     fig, ax = figure(width=5, height=3.4)
-    x = _inverse_density(relu.sparsities)
-    for sweep, label in [(relu, "ReLU output"), (linear, "linear output")]:
-        counts = represented_count(sweep.W).numpy()
-        ax.plot(x, counts.mean(1), "o-", label=label)
-        ax.fill_between(x, counts.min(1), counts.max(1), alpha=0.2)
-    ax.axhline(relu.hidden, color="k", ls="--", lw=1, label=f"m = {relu.hidden} dimensions")
-    ax.axhline(relu.features, color="k", ls=":", lw=1, label=f"n = {relu.features} features")
+    x = _inverse_density(sweep.sparsities)
+    for label, count in counts.items():
+        ax.plot(x, count.mean(1), "o-", label=label)
+        ax.fill_between(x, count.min(1), count.max(1), alpha=0.2)
+    ax.axhline(sweep.hidden, color="k", ls="--", lw=1, label=f"m = {sweep.hidden} dimensions")
+    ax.axhline(sweep.features, color="k", ls=":", lw=1, label=f"n = {sweep.features} features")
     ax.set(xscale="log", xlabel="1/(1 − S)", ylabel=r"features with $|W_i| > 0.5$",
            title="only the ReLU model puts more features than dimensions")
     ax.legend()

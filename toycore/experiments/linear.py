@@ -120,15 +120,17 @@ def critical_point_census(features, hidden, sparsity, samples, seed):
         A, B = th.critical_point(eigenvectors, index_set, C)
         grad_A, grad_B = th.linear_gradients(A, B, sigma)
         hessian = th.hessian_eigenvalues(A, B, sigma)
-        scale = hessian.abs().max()
+        # zero up to rounding: a random C can be ill-conditioned, which inflates the largest
+        # eigenvalue, so a looser relative cut (1e-9) would count small real eigenvalues as zero
+        zero = 1e3 * torch.finfo(DTYPE).eps * hessian.abs().max()
         rows.append(dict(
             index_set=index_set,
             loss=float(th.linear_loss(A, B, sigma)),
             predicted=float(th.critical_loss(eigenvalues, index_set)),
             gradient_norm=float(torch.sqrt(grad_A.pow(2).sum() + grad_B.pow(2).sum())),
             hessian_min=float(hessian[0]),
-            negative=int((hessian < -1e-9 * scale).sum()),
-            zero=int((hessian.abs() <= 1e-9 * scale).sum()),
+            negative=int((hessian < -zero).sum()),
+            zero=int((hessian.abs() <= zero).sum()),
             inversions=len(th.inversions(index_set, features)),
         ))
     return dict(rows=rows, eigenvalues=eigenvalues.numpy())

@@ -28,6 +28,17 @@ def test_ledger_verdicts_and_record(tmp_path, monkeypatch):
     assert "0 of 1 reproduce" in ledger.table("b")._repr_html_()
 
 
+def test_known_failures_keep_their_computed_verdict():
+    ledger = Ledger("x", "ci")
+    ledger.check("a", "holds", "s", 1.0, 1.0, 0.0)
+    row = ledger.check("b", "shown not to hold", "s", 1.0, 3.0, 0.5, known_failure=True)
+    assert not row["passed"] and row["known_failure"]
+    assert not ledger.all_passed and ledger.as_expected
+    assert "explained in the chapter" in ledger.table("b")._repr_html_()
+    ledger.check("c", "said not to hold, but does", "s", 1.0, 1.0, 0.0, known_failure=True)
+    assert not ledger.as_expected
+
+
 def test_ledger_rejects_bad_rows():
     ledger = Ledger("x", "ci")
     ledger.check("a", "c", "s", 1, 1, 0)

@@ -33,11 +33,14 @@ class Ledger:
         self.chapter, self.profile, self.rows = chapter, resolve_profile(profile), []
 
     def check(self, id, claim, source, expected, measured, tolerance, compare="abs", spread=None,
-              note=""):
+              note="", known_failure=False):
         """Add a row; ``compare`` says how measured must relate to expected (see COMPARISONS).
 
         spread: the standard deviation over seeds, shown next to ``measured`` when given.
         note: what a reader needs to judge the row (sizes, seeds, why it deviates).
+        known_failure: the chapter has shown, with its explanation, that this claim does not
+            reproduce. The verdict is still computed; the tests flag a known failure that starts
+            passing as firmly as a new failure.
         """
         if compare not in COMPARISONS:
             raise ValueError(f"compare must be one of {', '.join(COMPARISONS)}; got {compare!r}")
@@ -51,6 +54,7 @@ class Ledger:
                    tolerance=tolerance, compare=compare,
                    passed=bool(COMPARISONS[compare][0](measured, expected, tolerance)),
                    spread=None if spread is None else float(spread), note=note,
+                   known_failure=bool(known_failure),
                    profile=self.profile, chapter=self.chapter)
         self.rows.append(row)
         return row
@@ -58,6 +62,11 @@ class Ledger:
     @property
     def all_passed(self):
         return all(row["passed"] for row in self.rows)
+
+    @property
+    def as_expected(self):
+        """Every row reproduces, except the known failures, which do not."""
+        return all(row["passed"] != row["known_failure"] for row in self.rows)
 
     def save(self):
         """Write the rows to ``<build>/claims/<chapter>.json`` and return the path."""
@@ -90,6 +99,8 @@ class LedgerTable:
                 measured += f" ± {_format(r['spread'])}"
             verdict = ('<span style="color:#1a7f37">reproduces</span>' if r["passed"] else
                        '<strong style="color:#cf222e">does not reproduce</strong>')
+            if r.get("known_failure") and not r["passed"]:
+                verdict += "<br><small>(explained in the chapter)</small>"
             note = f"<br><small>{html.escape(r['note'])}</small>" if r["note"] else ""
             tolerance = COMPARISONS[r["compare"]][1].format(t=r["tolerance"])
             body.append(

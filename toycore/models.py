@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from .data import basis_vectors, check_size
+from .noise import HiddenNoise
 from .seeding import check_seeds, generator
 
 
@@ -187,20 +188,24 @@ def tied_basis_reconstruction(G):
 
 
 class TiedBasisAutoencoder(nn.Module):
-    """The model of incidental polysemanticity: y = ReLU(W Wᵀ x) with tied W, trained on the n
-    basis vectors e_1..e_n (all of them, every step) with an l1 penalty on W.
+    """The model of incidental polysemanticity: y = ReLU(W (Wᵀ x + ξ)) with tied W, trained on the
+    n basis vectors e_1..e_n (all of them, every step), with an l1 penalty on W and optionally
+    noise ξ in the hidden layer, drawn fresh every step and shared by the n inputs.
 
-    W: (instances, features, hidden); row W_i encodes feature i in the hidden layer. The loss,
-    summed over the n inputs as in the text, depends on W only through G = W Wᵀ and |W|_1:
+    W: (instances, features, hidden); row W_i encodes feature i in the hidden layer. Output j on
+    input e_i is ReLU(P_ji) with P = W Wᵀ + (W ξ) 1ᵀ, so the loss summed over the n inputs is
 
-        L = Σ_i (1 - |W_i|²)² + Σ_{i≠j} ReLU(W_i·W_j)² + λ Σ_ik |W_ik|,
-        ∂L/∂W = 4 M W + λ sign(W),  M_ii = |W_i|² - 1,  M_ij = ReLU(W_i·W_j) (i ≠ j),
+        L = Σ_ij (ReLU(P_ji) - δ_ji)² + λ Σ_ik |W_ik|,
+        ∂L/∂W = (D + Dᵀ) W + (D 1) ξᵀ + λ sign(W),  D_ji = 2 (ReLU(P_ji) - δ_ji) 1[P_ji > 0].
 
-    so a step costs two (n x m)(m x n)-sized products and no autograd. The l1 strength λ may
-    differ per instance. Init N(0, 1/m), as in the authors' code.
+    Without noise D is symmetric and (D + Dᵀ) W = 4 M W with M_ii = |W_i|² - 1 and
+    M_ij = ReLU(W_i·W_j). A step costs two (n x m)(m x n)-sized products and no autograd. λ, the
+    noise law (``noise``, see ``toycore.noise``) and σ may differ per instance. Init N(0, 1/m),
+    as in the authors' code.
     """
 
-    def __init__(self, features, hidden, seeds, l1, init_std=None, dtype=torch.float32):
+    def __init__(self, features, hidden, seeds, l1=0.0, noise=None, sigma=0.0, init_std=None,
+                 dtype=torch.float32):
         super().__init__()
         self.seeds = check_seeds(seeds)
         self.features, self.hidden = check_size("features", features), check_size("hidden", hidden)
@@ -208,34 +213,48 @@ class TiedBasisAutoencoder(nn.Module):
             raise ValueError(f"hidden must be >= features ({features}): the model is about "
                              f"polysemanticity that is not needed; got hidden={hidden}")
         self.register_buffer("l1", _check_l1(l1, len(self.seeds), dtype))
+        if noise is None and torch.any(torch.as_tensor(sigma) != 0):
+            raise ValueError(f"sigma={sigma!r} needs a noise law: pass noise=")
+        self.noise = None if noise is None else HiddenNoise(self.seeds, hidden, noise, sigma, dtype)
         std = _check_init_std(init_std if init_std is not None else hidden**-0.5)
         (W,) = _normal(self.seeds, [(features, hidden)], std, dtype)
         self.W = nn.Parameter(W)
 
     @torch.no_grad()
     def loss(self):
-        """The loss on the whole data set: (instances,)."""
+        """The loss on the whole data set without noise: (instances,)."""
         W = self.W
         return tied_basis_reconstruction(gram(W)) + self.l1 * W.abs().sum((-2, -1))
 
     @torch.no_grad()
     def loss_and_grad(self):
-        """The loss (instances,), with W.grad set to its closed-form gradient."""
+        """The loss (instances,) of one step, with its noise if any; W.grad set to its gradient."""
         W = self.W
-        G = gram(W)
-        loss = tied_basis_reconstruction(G) + self.l1 * W.abs().sum((-2, -1))
-        M = torch.relu(G)
-        M.diagonal(dim1=-2, dim2=-1).copy_(G.diagonal(dim1=-2, dim2=-1) - 1)
-        # λ sign(W) + 4 M W, the product accumulated in place
-        W.grad = torch.baddbmm(torch.sign(W).mul_(self.l1[:, None, None]), M, W, alpha=4.0)
+        P = gram(W)
+        if self.noise is not None:
+            xi = self.noise.next()
+            P += W @ xi.unsqueeze(-1)
+        error = torch.relu(P)
+        error.diagonal(dim1=-2, dim2=-1).sub_(1)
+        loss = error.square().sum((-2, -1)) + self.l1 * W.abs().sum((-2, -1))
+        D = error.mul_(2)
+        D.diagonal(dim1=-2, dim2=-1).mul_(P.diagonal(dim1=-2, dim2=-1) > 0)
+        if self.noise is None:
+            W.grad = torch.baddbmm(torch.sign(W).mul_(self.l1[:, None, None]), D, W, alpha=2.0)
+        else:
+            grad = torch.baddbmm(torch.sign(W).mul_(self.l1[:, None, None]), D + D.mT, W)
+            W.grad = grad.baddbmm_(D.sum(-1, keepdim=True), xi.unsqueeze(-2))
         return loss
 
 
-def tied_basis_reference_loss(W, l1):
+def tied_basis_reference_loss(W, l1, xi=None):
     """The same loss computed the plain way, through the network with autograd-able einsums:
-    the basis vectors as a batch, hidden = x W, y = ReLU(hidden Wᵀ), summed squared error plus
-    λ |W|_1. For checking the closed form and benchmarking against it: (instances,)."""
+    the basis vectors as a batch, hidden = x W + ξ, y = ReLU(hidden Wᵀ), summed squared error plus
+    λ |W|_1. For checking the closed form and benchmarking against it: (instances,).
+    xi: the step's noise (instances, hidden), or None."""
     x = basis_vectors(W.shape[0], W.shape[1], dtype=W.dtype)
     hidden = torch.einsum("ibf,ifh->ibh", x, W)
+    if xi is not None:
+        hidden = hidden + xi.unsqueeze(-2)
     y = torch.relu(torch.einsum("ibh,ifh->ibf", hidden, W))
     return (y - x).square().sum((-2, -1)) + l1 * W.abs().sum((-2, -1))

@@ -1,0 +1,112 @@
+"""Chapter 4: noise laws, the noisy tied model's closed form, appendix C by Monte Carlo, and the
+direction of the fourth-norm drift."""
+import numpy as np
+import pytest
+import torch
+
+from toycore.experiments import hidden_noise as ex
+from toycore.models import TiedBasisAutoencoder, tied_basis_reference_loss
+from toycore.noise import EXCESS_KURTOSIS, STANDARD_MOMENTS, HiddenNoise, standard_noise
+from toycore.theory import hidden_noise as th
+from toycore.train import train
+
+
+@pytest.mark.parametrize("kind", sorted(EXCESS_KURTOSIS))
+def test_noise_laws_have_unit_variance_and_their_kurtosis(kind):
+    z = standard_noise(kind, (1_000_000,), torch.Generator().manual_seed(3), torch.float64)
+    assert torch.isfinite(z).all()
+    assert abs(z.mean()) < 5e-3
+    assert z.var().item() == pytest.approx(1, abs=1e-2)
+    fourth, sixth = STANDARD_MOMENTS[kind]
+    assert (z**4).mean().item() - 3 == pytest.approx(EXCESS_KURTOSIS[kind], abs=0.1)
+    assert (z**6).mean().item() == pytest.approx(sixth, rel=0.1)
+
+
+def test_noise_streams_are_per_instance_and_scaled():
+    noise = HiddenNoise([5, 5, 6], 4, ["bipolar", "bipolar", "gaussian"], [0.1, 0.3, 0.2], chunk=3)
+    draws = torch.stack([noise.next() for _ in range(7)])  # crosses two chunk boundaries
+    assert draws.shape == (7, 3, 4)
+    assert torch.allclose(draws[:, 0].abs(), torch.tensor(0.1))
+    assert torch.allclose(draws[:, 1] / 3, draws[:, 0])  # same seed: same signs, σ scales
+    alone = HiddenNoise([6], 4, "gaussian", 0.2, chunk=3)
+    assert torch.allclose(torch.stack([alone.next() for _ in range(7)])[:, 0], draws[:, 2])
+
+
+def test_bad_noise_input_is_refused_before_any_work():
+    with pytest.raises(ValueError, match="noise must be one of"):
+        TiedBasisAutoencoder(8, 16, [0], noise="cauchy", sigma=0.1)
+    with pytest.raises(ValueError, match="noise must be one of"):
+        standard_noise("poisson", (3,))
+    with pytest.raises(ValueError, match="sigma must be"):
+        TiedBasisAutoencoder(8, 16, [0, 1], noise="bipolar", sigma=[0.1])
+    with pytest.raises(ValueError, match="sigma must be"):
+        TiedBasisAutoencoder(8, 16, [0], noise="bipolar", sigma=-0.1)
+    with pytest.raises(ValueError, match="needs a noise law"):
+        TiedBasisAutoencoder(8, 16, [0], sigma=0.1)
+    with pytest.raises(ValueError, match="laws for 2 instances"):
+        TiedBasisAutoencoder(8, 16, [0, 1], noise=["bipolar"], sigma=0.1)
+
+
+def test_noisy_closed_form_matches_autograd_through_the_network():
+    model = TiedBasisAutoencoder(6, 10, [1, 2, 3], l1=[0.0, 1e-2, 0.0], noise=["bipolar", "gaussian", "laplace"],
+                                 sigma=[0.4, 0.6, 0.5], dtype=torch.float64)
+    loss = model.loss_and_grad()
+    xi = model.noise._drawn[0]
+    W = model.W.detach().clone().requires_grad_()
+    reference = tied_basis_reference_loss(W, model.l1, xi)
+    reference.sum().backward()
+    assert torch.allclose(loss, reference, atol=1e-12)
+    assert torch.allclose(model.W.grad, W.grad, atol=1e-12)
+
+
+def test_monte_carlo_finds_the_kurtosis_term_and_our_next_order():
+    check = ex.kurtosis_check(8, ["bipolar", "gaussian", "laplace"], 0.05, [0.002, 0.02], 200_000)
+    z = (check.measured - check.ours) / check.error
+    assert np.abs(z).max() < 4
+    bipolar, gaussian, laplace = check.measured
+    assert (bipolar < 0).all() and (laplace > 0).all()
+    assert np.abs(gaussian / check.error[1]).max() < 4
+    # at small η the text's leading term alone is within a few percent
+    assert check.measured[0, 0] / check.text[0, 0] == pytest.approx(1, abs=0.05)
+
+
+def test_sparsity_term_vanishes_for_gaussian_noise_at_both_orders():
+    for order in (2, 3):
+        assert th.sparsity_term(1.0, "gaussian", 0.1, 0.02, hidden=16, order=order) == 0
+    with pytest.raises(ValueError, match="order"):
+        th.sparsity_term(1.0, "bipolar", 0.1, 0.02, order=3)
+
+
+def test_bipolar_noise_sparsifies_and_gaussian_does_not_over_seeds():
+    seeds, hidden = list(range(6)), 12
+    fourth = {}
+    for kind in ("bipolar", "gaussian"):  # the same seeds: the same initial W
+        model = TiedBasisAutoencoder(6, hidden, seeds, noise=kind, sigma=0.15)
+        train(model, None, steps=16000, lr=0.02, record_at=[16000])
+        fourth[kind] = th.fourth_norms(model.W.detach()).mean(-1)
+    assert (fourth["bipolar"] - fourth["gaussian"] > 0.3).all()
+    # Gaussian noise leaves the encodings as spread as random unit vectors
+    assert fourth["gaussian"].mean().item() == pytest.approx(th.random_unit_fourth_norm(hidden), abs=0.03)
+
+
+def test_compromising_encoding_is_found_on_a_hand_built_matrix():
+    W = np.zeros((4, 6))
+    for i, j in enumerate((0, 1, 2)):
+        W[i, j] = 1.0 if i != 1 else -1.0
+    W[3, :3] = [-0.45, 0.45, -0.45]
+    W[3, 5] = 0.3
+    found = ex.compromising_encodings(W)
+    assert len(found) == 1 and found[0].encoding == 3 and found[0].columns == [0, 1, 2]
+    assert found[0].spread == pytest.approx(1.0)
+    W[3, 1] = -0.45  # same sign as its owner: no longer the compromise the text describes
+    assert ex.compromising_encodings(W) == []
+
+
+def test_theory_reference_values():
+    assert th.initial_fourth_norm(16) == 3 / 16
+    assert th.random_unit_fourth_norm(16) == 3 / 18
+    W = torch.randn(200_000, 16, dtype=torch.float64)
+    W /= W.norm(dim=-1, keepdim=True)
+    assert th.fourth_norms(W).mean().item() == pytest.approx(3 / 18, rel=0.01)
+    assert th.l1_collapse() == pytest.approx(8 / (3 * 3**0.5))
+    assert th.noisy_squared_norm(0.5) == pytest.approx(0.875)

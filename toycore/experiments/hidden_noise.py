@@ -1,0 +1,214 @@
+"""Chapter 4 experiments: sparsity from noise in the hidden layer.
+
+The tied model with hidden noise, ``TiedBasisAutoencoder(noise=..., sigma=...)``, trains every
+combination of noise law, σ and seed as instances of one batched run, with plain SGD as in the
+authors' code. Appendix C's one-step expansion is checked by Monte Carlo on a single encoding.
+Runs that take long are ``@cached``.
+"""
+import itertools
+from types import SimpleNamespace
+
+import numpy as np
+import torch
+
+from ..cache import cached
+from ..data import check_size
+from ..models import TiedBasisAutoencoder, tied_basis_reference_loss
+from ..noise import STANDARD_MOMENTS, check_noise, standard_noise
+from ..seeding import check_seeds, generator
+from ..theory import hidden_noise as th
+from ..theory.polysemantic import count_polysemantic
+from ..train import record_steps, train
+
+DTYPE = torch.float64
+METRICS = {"fourth": lambda model: th.fourth_norms(model.W), "squared": lambda model: th.squared_norms(model.W)}
+
+
+def _run(model, *, steps, lr, records, desc):
+    """SGD; the per-encoding fourth and squared norms at log-spaced steps and the final W."""
+    history = train(model, None, steps=steps, lr=lr, optimizer="sgd",
+                    record_at=record_steps(steps, records), metrics=METRICS, desc=desc)
+    return (history.steps, history.metrics["fourth"].astype(float),
+            history.metrics["squared"].astype(float), model.W.detach().to(DTYPE).numpy())
+
+
+@cached
+def noise_runs(features, hidden, kinds, sigmas, seeds, *, steps, lr, records=120):
+    """Figure 4 and the laws beyond the text: every (law, σ, seed) trained side by side.
+
+    fourth, squared: (records, laws, σs, seeds, features); W: (laws, σs, seeds, n, m)."""
+    seeds = check_seeds(seeds)
+    kinds = [check_noise(k) for k in kinds]
+    grid = list(itertools.product(kinds, sigmas, seeds))
+    model = TiedBasisAutoencoder(features, hidden, [s for *_, s in grid], noise=[k for k, *_ in grid],
+                                 sigma=[g for _, g, _ in grid])
+    steps_at, fourth, squared, W = _run(model, steps=steps, lr=lr, records=records,
+                                        desc=f"{len(grid)} noisy models")
+    shape = (len(kinds), len(sigmas), len(seeds))
+    return SimpleNamespace(
+        kinds=kinds, sigmas=np.array(sigmas), seeds=np.array(seeds), hidden=hidden, lr=lr,
+        steps=steps_at, fourth=fourth.reshape(len(steps_at), *shape, features),
+        squared=squared.reshape(len(steps_at), *shape, features), W=W.reshape(*shape, features, hidden))
+
+
+@cached
+def strength_sweep(features, hidden, l1s, sigmas, seeds, *, steps, lr, records=120):
+    """Figure 5: l1 without noise at each λ, and bipolar noise without l1 at each σ, same steps.
+
+    Returns one namespace per side ("l1", "noise") with fourth and squared (records, values,
+    seeds, features) and the final W (values, seeds, n, m)."""
+    seeds = check_seeds(seeds)
+    l1 = [lam for lam in l1s for _ in seeds] + [0.0] * (len(sigmas) * len(seeds))
+    sigma = [0.0] * (len(l1s) * len(seeds)) + [g for g in sigmas for _ in seeds]
+    model = TiedBasisAutoencoder(features, hidden, seeds * (len(l1s) + len(sigmas)), l1=l1,
+                                 noise="bipolar", sigma=sigma)
+    steps_at, fourth, squared, W = _run(model, steps=steps, lr=lr, records=records,
+                                        desc=f"{len(l1)} models over λ and σ")
+    split = len(l1s) * len(seeds)
+
+    def side(values, part):
+        shape = (len(values), len(seeds))
+        return SimpleNamespace(values=np.array(values), fourth=fourth[:, part].reshape(-1, *shape, features),
+                               squared=squared[:, part].reshape(-1, *shape, features),
+                               W=W[part].reshape(*shape, features, hidden))
+    return SimpleNamespace(steps=steps_at, seeds=np.array(seeds), hidden=hidden, lr=lr,
+                           l1=side(l1s, slice(None, split)), noise=side(sigmas, slice(split, None)))
+
+
+@cached
+def single_runs(features, hidden, sigmas, seed, *, steps, lr, records=300):
+    """Figure 6: one instance (one seed) under bipolar noise at each σ: each encoding's fourth
+    norm over time, (records, σs, features), and the final W, (σs, n, m)."""
+    model = TiedBasisAutoencoder(features, hidden, [seed] * len(sigmas), noise="bipolar", sigma=sigmas)
+    steps_at, fourth, squared, W = _run(model, steps=steps, lr=lr, records=records,
+                                        desc=f"seed {seed}, σ = {', '.join(map(str, sigmas))}")
+    return SimpleNamespace(sigmas=np.array(sigmas), seed=seed, steps=steps_at, fourth=fourth,
+                           squared=squared, W=W, lr=lr)
+
+
+def time_to_level(steps, fourth, level):
+    """The first recorded step at which the mean fourth norm reaches ``level``; NaN if never.
+
+    fourth: (records, ...) averaged over every axis but the first."""
+    mean = fourth.reshape(len(steps), -1).mean(-1)
+    reached = np.flatnonzero(mean >= level)
+    return float(steps[reached[0]]) if reached.size else np.nan
+
+
+def power_law(x, y):
+    """The fit y = c x^k through the finite points: (k, c)."""
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    ok = np.isfinite(y) & (y > 0)
+    if ok.sum() < 2:
+        raise ValueError("a power law needs at least two finite positive points")
+    k, log_c = np.polyfit(np.log(x[ok]), np.log(y[ok]), 1)
+    return k, np.exp(log_c)
+
+
+def compromising_encodings(W, level=0.2, owner=0.5, share=0.1):
+    """Figure 6's stuck encodings, found automatically.
+
+    An encoding W_i compromises when its fourth norm stays below ``level`` and in every
+    coordinate that another encoding owns (|W_i'j| >= ``owner``) it holds a weight of at least
+    ``share`` with the sign opposite to the owner's. W: (n, m). Returns one record per such
+    encoding: its index, fourth norm, the owned coordinates it shares, and the spread of its
+    shares (max/min |weight| over them; the text: "comparable absolute values")."""
+    W = np.asarray(W)
+    owners = np.abs(W).argmax(0)
+    owned = np.abs(W).max(0) >= owner
+    found = []
+    for i, f4 in enumerate(th.fourth_norms(W)):
+        if f4 >= level:
+            continue
+        columns = [j for j in np.flatnonzero(owned) if owners[j] != i
+                   and abs(W[i, j]) >= share and np.sign(W[i, j]) != np.sign(W[owners[j], j])]
+        others = int((owned & (owners != i)).sum())
+        if columns and len(columns) == others:
+            sizes = np.abs(W[i, columns])
+            found.append(SimpleNamespace(encoding=i, fourth=float(f4), columns=columns,
+                                         spread=float(sizes.max() / sizes.min())))
+    return found
+
+
+# --- appendix C: the loss one SGD step later, by Monte Carlo ----------------------------------
+
+def next_step_loss(encoding, kind, sigma, lr, samples, seed):
+    """E over ξ of the expected loss on e_1 after one SGD step of the one-feature model from
+    W = ``encoding`` (unit norm), with step noise ξ; the next step's noise ξ' is integrated
+    exactly: E_ξ' (|W'|² - 1 + W'·ξ')² = (|W'|² - 1)² + σ²|W'|² while the ReLU stays on.
+
+    The gradient is the model's own (autograd through ``tied_basis_reference_loss``). Control
+    variates with known means (W·ξ, (W·ξ)², (W·ξ)³, |ξ|², (W·ξ)|ξ|², (W·ξ)²|ξ|²) remove the
+    rotationally symmetric fluctuations, which are ~100x the kurtosis term at small η.
+    Returns (estimate, standard error)."""
+    kind = check_noise(kind)
+    check_size("samples", samples, minimum=100)
+    encoding = torch.as_tensor(encoding, dtype=DTYPE)
+    hidden = encoding.numel()
+    if abs(float(encoding.square().sum()) - 1) > 1e-9:
+        raise ValueError("encoding must have unit norm")
+    xi = standard_noise(kind, (samples, hidden), generator(seed, "monte-carlo"), DTYPE) * sigma
+    W = encoding.expand(samples, 1, hidden).clone().requires_grad_()
+    tied_basis_reference_loss(W, 0.0, xi).sum().backward()
+    stepped = (W - lr * W.grad).detach()[:, 0]
+    squared = stepped.square().sum(-1)
+    loss = (squared - 1) ** 2 + sigma**2 * squared
+    a, norm = xi @ encoding, xi.square().sum(-1)
+    fourth = STANDARD_MOMENTS[kind][0] * sigma**4
+    controls = torch.stack([a, a**2 - sigma**2, a**3, norm - hidden * sigma**2, a * norm,
+                            a**2 * norm - (fourth + (hidden - 1) * sigma**4)], 1)
+    centred = controls - controls.mean(0)
+    beta = torch.linalg.lstsq(centred, (loss - loss.mean())[:, None]).solution[:, 0]
+    adjusted = loss - controls @ beta
+    return float(adjusted.mean()), float(adjusted.std() / samples**0.5)
+
+
+def sparse_and_dense(hidden):
+    """Two unit encodings with fourth norms 1 and 1/m: e_1 and (1, ..., 1)/√m."""
+    sparse = torch.zeros(hidden, dtype=DTYPE)
+    sparse[0] = 1
+    return sparse, torch.full((hidden,), hidden**-0.5, dtype=DTYPE)
+
+
+@cached
+def kurtosis_check(hidden, kinds, sigma, lrs, samples, seed=0):
+    """For each law and η: the next-step loss of the sparse minus the dense encoding, ± its
+    standard error, and the text's and our predictions of that difference: (laws, ηs) arrays."""
+    sparse, dense = sparse_and_dense(hidden)
+    gap = 1 - 1 / hidden
+    shape = (len(kinds), len(lrs))
+    measured, error, text, ours = (np.zeros(shape) for _ in range(4))
+    for (i, kind), (j, lr) in itertools.product(enumerate(kinds), enumerate(lrs)):
+        (a, sa), (b, sb) = (next_step_loss(e, kind, sigma, lr, samples, seed + k)
+                            for k, e in enumerate((sparse, dense)))
+        measured[i, j], error[i, j] = a - b, np.hypot(sa, sb)
+        text[i, j] = th.sparsity_term(gap, kind, sigma, lr)
+        ours[i, j] = th.sparsity_term(gap, kind, sigma, lr, hidden=hidden, order=3)
+    return SimpleNamespace(kinds=list(kinds), lrs=np.array(lrs), sigma=sigma, hidden=hidden,
+                           measured=measured, error=error, text=text, ours=ours)
+
+
+# --- l1 against noise on the same network ---------------------------------------------------------
+
+@cached
+def l1_and_noise(features, hidden, seeds, l1, sigma, *, steps, lr):
+    """The same initial weights trained with l1 (no noise) and with bipolar noise (no l1).
+
+    Returns the final W of each, (seeds, n, m), and their polysemantic neuron counts."""
+    seeds = check_seeds(seeds)
+    finals = {}
+    for name, options in (("l1", dict(l1=l1)), ("noise", dict(noise="bipolar", sigma=sigma))):
+        model = TiedBasisAutoencoder(features, hidden, seeds, **options)
+        finals[name] = _run(model, steps=steps, lr=lr, records=2, desc=f"{name}, {len(seeds)} seeds")[3]
+    return SimpleNamespace(seeds=np.array(seeds), l1=l1, sigma=sigma, W=finals,
+                           counts={k: count_polysemantic(torch.as_tensor(W)).numpy()
+                                   for k, W in finals.items()})
+
+
+def train_one(features, hidden, kind, sigma, steps, seed=0, lr=0.02):
+    """One small noisy model for the live explorer: the steps, each encoding's fourth norm over
+    time (records, n) and the final W (n, m)."""
+    model = TiedBasisAutoencoder(features, hidden, [seed], noise=kind, sigma=sigma)
+    steps_at, fourth, _, W = _run(model, steps=steps, lr=lr, records=100,
+                                  desc=f"{kind} σ={sigma}")
+    return steps_at, fourth[:, 0], W[0]

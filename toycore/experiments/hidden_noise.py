@@ -158,7 +158,11 @@ def next_step_loss(encoding, kind, sigma, lr, samples, seed):
     controls = torch.stack([a, a**2 - sigma**2, a**3, norm - hidden * sigma**2, a * norm,
                             a**2 * norm - (fourth + (hidden - 1) * sigma**4)], 1)
     centred = controls - controls.mean(0)
-    beta = torch.linalg.lstsq(centred, (loss - loss.mean())[:, None]).solution[:, 0]
+    # bipolar noise has |ξ|² = mσ² exactly, so some controls are constant or repeat others:
+    # scale each to unit spread and let a rank-revealing solver drop what is degenerate
+    spread = centred.std(0).clamp(min=torch.finfo(DTYPE).tiny)
+    beta = torch.linalg.lstsq(centred / spread, (loss - loss.mean())[:, None], rcond=1e-9,
+                              driver="gelsd").solution[:, 0] / spread
     adjusted = loss - controls @ beta
     return float(adjusted.mean()), float(adjusted.std() / samples**0.5)
 

@@ -120,7 +120,7 @@ def compromising_encodings(W, level=0.2, owner=0.5, share=0.1):
     for i, f4 in enumerate(th.fourth_norms(W)):
         if f4 >= level:
             continue
-        columns = [j for j in np.flatnonzero(owned) if owners[j] != i
+        columns = [int(j) for j in np.flatnonzero(owned) if owners[j] != i
                    and abs(W[i, j]) >= share and np.sign(W[i, j]) != np.sign(W[owners[j], j])]
         others = int((owned & (owners != i)).sum())
         if columns and len(columns) == others:

@@ -19,6 +19,16 @@ def check_probability(name, values):
     return tensor
 
 
+def check_per_instance(name, value, instances, dtype=torch.float32):
+    """A setting per instance as (instances,): one number >= 0 for all, or one per instance."""
+    tensor = torch.as_tensor(value, dtype=dtype)
+    if tensor.dim() == 0:
+        tensor = tensor.expand(instances)
+    if tensor.shape != (instances,) or not torch.all(torch.isfinite(tensor) & (tensor >= 0)):
+        raise ValueError(f"{name} must be a number >= 0 or {instances} such numbers; got {value!r}")
+    return tensor.clone()
+
+
 def sparse_moments(sparsity):
     """Moments of one feature x_i = c_i u_i, c ~ Bernoulli(1-S), u ~ U[0,1]: E x_i, E x_i^2,
     E x_i^4, Var x_i, and E x_i x_j for i != j (features are independent). Works on arrays."""

@@ -8,7 +8,7 @@ if trained alone.
 import torch
 from torch import nn
 
-from .data import basis_vectors, check_size
+from .data import basis_vectors, check_per_instance, check_size
 from .noise import HiddenNoise
 from .seeding import check_seeds, generator
 
@@ -152,16 +152,6 @@ def toy_sample_loss(W, b, importance, x, output="relu"):
     return (importance[:, None, :] * (x - toy_output(W, b, x, output)).square()).sum(-1)
 
 
-def _check_l1(l1, instances, dtype):
-    """The l1 strength per instance as (instances,): one number for all, or one per instance; >= 0."""
-    tensor = torch.as_tensor(l1, dtype=dtype)
-    if tensor.dim() == 0:
-        tensor = tensor.expand(instances)
-    if tensor.shape != (instances,) or not torch.all(torch.isfinite(tensor) & (tensor >= 0)):
-        raise ValueError(f"l1 must be a number >= 0 or {instances} such numbers; got {l1!r}")
-    return tensor.clone()
-
-
 def gram(W, blocks=4):
     """G = W Wᵀ for W (instances, features, hidden), computing each off-diagonal block once.
 
@@ -212,7 +202,7 @@ class TiedBasisAutoencoder(nn.Module):
         if hidden < features:
             raise ValueError(f"hidden must be >= features ({features}): the model is about "
                              f"polysemanticity that is not needed; got hidden={hidden}")
-        self.register_buffer("l1", _check_l1(l1, len(self.seeds), dtype))
+        self.register_buffer("l1", check_per_instance("l1", l1, len(self.seeds), dtype))
         if noise is None and torch.any(torch.as_tensor(sigma) != 0):
             raise ValueError(f"sigma={sigma!r} needs a noise law: pass noise=")
         self.noise = None if noise is None else HiddenNoise(self.seeds, hidden, noise, sigma, dtype)

@@ -5,7 +5,7 @@ pushes encodings towards sparsity, zero (Gaussian) keeps the hidden space rotati
 """
 import torch
 
-from .data import check_size
+from .data import check_per_instance, check_size
 from .seeding import check_seeds, generator
 
 #: the standardised fourth and sixth moments E ξ⁴/σ⁴ and E ξ⁶/σ⁶ of each law
@@ -38,16 +38,6 @@ def standard_noise(kind, shape, generator=None, dtype=torch.float32):
     return sign * -torch.log1p(-u) / 2**0.5
 
 
-def check_sigma(sigma, instances, dtype=torch.float32):
-    """σ per instance as (instances,): one number for all, or one per instance; >= 0."""
-    tensor = torch.as_tensor(sigma, dtype=dtype)
-    if tensor.dim() == 0:
-        tensor = tensor.expand(instances)
-    if tensor.shape != (instances,) or not torch.all(torch.isfinite(tensor) & (tensor >= 0)):
-        raise ValueError(f"sigma must be a number >= 0 or {instances} such numbers; got {sigma!r}")
-    return tensor.clone()
-
-
 class HiddenNoise:
     """A fresh noise vector ξ for every instance at every step: ``next() -> (instances, hidden)``.
 
@@ -63,7 +53,7 @@ class HiddenNoise:
         if len(kinds) != len(self.seeds):
             raise ValueError(f"noise has {len(kinds)} laws for {len(self.seeds)} instances")
         self.kinds = [check_noise(k) for k in kinds]
-        self.sigma = check_sigma(sigma, len(self.seeds), dtype)
+        self.sigma = check_per_instance("sigma", sigma, len(self.seeds), dtype)
         self.dtype, self.chunk = dtype, check_size("chunk", chunk)
         self.generators = [generator(seed, "noise") for seed in self.seeds]
         self._drawn, self._next = None, 0

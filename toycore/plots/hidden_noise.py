@@ -1,5 +1,6 @@
 """Chapter 4 figures. Each function takes an experiment's result and returns a Figure."""
 import numpy as np
+from matplotlib.ticker import NullFormatter
 
 from ..noise import EXCESS_KURTOSIS
 from ..theory import hidden_noise as th
@@ -77,6 +78,7 @@ def strength(sweep):
         top.axhline(th.initial_fourth_norm(sweep.hidden), color="k", lw=0.8, ls="--", label="3/m")
         top.set(xscale="log", ylabel=f"at step {sweep.steps[-1]}", ylim=(0, 1.05))
         bottom.set(xscale="log", xlabel=label, ylabel="mean ‖W_i‖₂²", ylim=(0, 1.1))
+        bottom.xaxis.set_minor_formatter(NullFormatter())  # only decades: minor labels collide
         top.legend(fontsize=7)
     axes[1, 0].axvline(th.l1_collapse(), color="C3", lw=0.8, ls=":", label="8/(3√3): collapse")
     sigma = np.geomspace(sweep.noise.values.min(), sweep.noise.values.max(), 100)
@@ -98,12 +100,13 @@ def single_instance(run, index, compromising):
         left.plot(run.steps, fourth[:, i], lw=2.5 if i in compromising else 1,
                   label=f"W_{i + 1}" + (" (compromising)" if i in compromising else ""))
     left.axhline(0.2, color="0.5", lw=0.8, ls=":")
-    left.set(xscale="symlog", xlabel="SGD step", ylabel="‖W_i‖₄⁴", ylim=(0, 1.05),
+    left.set(xscale="symlog", xlim=(0, run.steps[-1]), xlabel="SGD step (log above 1)",
+             ylabel="‖W_i‖₄⁴", ylim=(0, 1.05),
              title=f"σ = {run.sigmas[index]:g}, bipolar, seed {run.seed}")
     left.legend(fontsize=7, ncol=2)
     W = run.W[index]
     image = right.imshow(W, vmin=-1, vmax=1)
-    right.set(xlabel="neuron k", ylabel="encoding i", yticks=range(len(W)),
+    right.set(xlabel="neuron k", ylabel="encoding i", xticks=range(0, W.shape[1], 4), yticks=range(len(W)),
               yticklabels=[str(i + 1) for i in range(len(W))], title=f"final W, step {run.steps[-1]}")
     right.grid(False)
     fig.colorbar(image, ax=right, shrink=0.8)

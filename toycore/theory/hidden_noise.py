@@ -28,12 +28,6 @@ def random_unit_fourth_norm(hidden):
     return 3 / (hidden + 2)
 
 
-def projection_fourth_moment(W, kind, sigma):
-    """E (W_i·ξ)⁴ = 3σ⁴|W_i|₂⁴ + (μ₄ - 3σ⁴)|W_i|₄⁴ (appendix C): (..., features)."""
-    check_noise(kind)
-    return sigma**4 * (3 * squared_norms(W)**2 + EXCESS_KURTOSIS[kind] * fourth_norms(W))
-
-
 def sparsity_term(fourth_norm, kind, sigma, lr, hidden=None, order=2):
     """The part of the expected loss on e_i one SGD step later that depends on W_i's shape and
     not only on |W_i|₂ = 1, for an encoding with no interference.
@@ -55,10 +49,10 @@ def sparsity_term(fourth_norm, kind, sigma, lr, hidden=None, order=2):
     return leading * (kurtosis - 2 * lr * (12 * kurtosis + sigma**2 * shape))
 
 
-def l1_collapse(gradient_constant=4):
+def l1_collapse():
     """The l1 strength above which even a perfectly sparse encoding shrinks to 0: the feature
     benefit -∂(1 - w²)²/∂w = 4w(1 - w²) peaks at w = 1/√3 at 8/(3√3) ≈ 1.54."""
-    return gradient_constant * 2 / (3 * 3**0.5)
+    return 8 / (3 * 3**0.5)
 
 
 def noisy_squared_norm(sigma):

@@ -43,6 +43,8 @@ def test_bad_noise_input_is_refused_before_any_work():
         TiedBasisAutoencoder(8, 16, [0], noise="bipolar", sigma=-0.1)
     with pytest.raises(ValueError, match="needs a noise law"):
         TiedBasisAutoencoder(8, 16, [0], sigma=0.1)
+    with pytest.raises(ValueError, match="noise must be one of"):
+        ex.kurtosis_check(8, ["bipolar", "student"], 0.05, [0.01], 1000)
     with pytest.raises(ValueError, match="laws for 2 instances"):
         TiedBasisAutoencoder(8, 16, [0, 1], noise=["bipolar"], sigma=0.1)
 

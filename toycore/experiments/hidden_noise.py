@@ -60,6 +60,7 @@ def strength_sweep(features, hidden, l1s, sigmas, seeds, *, steps, lr, records=1
     seeds = check_seeds(seeds)
     l1 = [lam for lam in l1s for _ in seeds] + [0.0] * (len(sigmas) * len(seeds))
     sigma = [0.0] * (len(l1s) * len(seeds)) + [g for g in sigmas for _ in seeds]
+    # one run for both sides: the l1 instances get bipolar noise scaled by σ = 0
     model = TiedBasisAutoencoder(features, hidden, seeds * (len(l1s) + len(sigmas)), l1=l1,
                                  noise="bipolar", sigma=sigma)
     steps_at, fourth, squared, W = _run(model, steps=steps, lr=lr, records=records,
@@ -178,6 +179,7 @@ def sparse_and_dense(hidden):
 def kurtosis_check(hidden, kinds, sigma, lrs, samples, seed=0):
     """For each law and η: the next-step loss of the sparse minus the dense encoding, ± its
     standard error, and the text's and our predictions of that difference: (laws, ηs) arrays."""
+    kinds = [check_noise(k) for k in kinds]  # every law checked before any sampling
     sparse, dense = sparse_and_dense(hidden)
     gap = 1 - 1 / hidden
     shape = (len(kinds), len(lrs))

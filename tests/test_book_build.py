@@ -1,6 +1,7 @@
 """Build the whole book in the `ci` profile once, then check what a reader would get."""
 import json
 import re
+import time
 
 import pytest
 from bs4 import BeautifulSoup
@@ -71,6 +72,22 @@ def test_a_failing_cell_fails_the_build_naming_chapter_and_cell(tmp_path):
     nbformat.write(nb, notebook)
     with pytest.raises(book.BuildError, match=r"_failing_probe.ipynb: cell 1 .*`1 / 0`.*ZeroDivisionError"):
         book.execute_chapter(notebook, tmp_path / "out.ipynb", "ci")
+
+
+def test_a_cell_past_the_profiles_time_limit_fails_the_build_naming_the_chapter(tmp_path, monkeypatch):
+    import nbformat
+
+    monkeypatch.setitem(book.CELL_TIMEOUT_S, "ci", 2)
+    notebook = tmp_path / "_slow_probe.ipynb"
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("profile = None"),
+                                         nbformat.v4.new_code_cell("import time\ntime.sleep(60)")])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, notebook)
+    start = time.perf_counter()
+    with pytest.raises(book.BuildError, match=r"_slow_probe.ipynb: a cell ran past the ci profile's 2 s"
+                                              r"(.|\n)*time.sleep\(60\)"):
+        book.execute_chapter(notebook, tmp_path / "out.ipynb", "ci")
+    assert time.perf_counter() - start < 30
 
 
 def test_the_build_leaves_the_callers_environment_as_it_was(built, monkeypatch):

@@ -24,6 +24,7 @@ from pathlib import Path
 import nbformat
 import papermill
 import yaml
+from nbclient.exceptions import CellTimeoutError
 from papermill.exceptions import PapermillExecutionError
 
 from .claims import load_ledgers
@@ -32,6 +33,9 @@ from .profiles import PROFILES, resolve_profile
 
 BOOK_FILES = ("_config.yml", "_toc.yml", "intro.md", "references.bib")
 LEDGER_MARKER = "<!-- claims-ledger -->"
+# The longest a single cell may run, per profile: a stuck or pathologically slow cell fails the
+# build naming its chapter instead of silently using up CI's time. `paper` runs on a GPU, unbounded.
+CELL_TIMEOUT_S = {"ci": 600, "cpu": 3600, "paper": None}
 
 
 class BuildError(RuntimeError):
@@ -46,11 +50,15 @@ def chapters(root=REPO_ROOT):
 
 
 def execute_chapter(notebook, output, profile):
-    """Run one chapter with papermill; a failing cell raises BuildError naming it."""
+    """Run one chapter with papermill; a failing or timed-out cell raises BuildError naming it."""
+    timeout = CELL_TIMEOUT_S[resolve_profile(profile)]
     try:
         papermill.execute_notebook(str(notebook), str(output), parameters={"profile": profile},
                                    kernel_name="python3", cwd=str(notebook.parent),
-                                   progress_bar=False)
+                                   progress_bar=False, execution_timeout=timeout)
+    except CellTimeoutError as error:
+        raise BuildError(f"{os.path.relpath(notebook, REPO_ROOT)}: a cell ran past the {profile} "
+                         f"profile's {timeout} s limit.\n{error}") from None
     except PapermillExecutionError as error:
         # papermill inserts a cell of injected parameters; number cells as the committed notebook does
         executed = nbformat.read(output, as_version=4)

@@ -56,12 +56,14 @@ class SparseUniform:
         self.device, self.dtype = device, dtype
         self.generators = [generator(seed, purpose, device) for seed in self.seeds]
 
-    def sample(self, batch):
-        """A fresh batch, shape (instances, batch, features)."""
+    def sample(self, batch, instances=None):
+        """A fresh batch, shape (instances, batch, features); ``instances``: the indices of the
+        instances to draw for (default all), the others' streams stay where they are."""
         check_size("batch", batch)
         shape = (batch, self.features)
+        chosen = range(len(self.seeds)) if instances is None else [int(i) for i in instances]
         per_instance = []
-        for g, density in zip(self.generators, self.density):
+        for g, density in ((self.generators[i], self.density[i]) for i in chosen):
             # one uniform r per entry: r < density marks it active, and given that, r / density
             # is again U[0, 1]; half the random numbers of drawing c and u separately
             r = torch.rand(shape, generator=g, device=self.device, dtype=self.dtype)

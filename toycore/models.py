@@ -248,3 +248,67 @@ def tied_basis_reference_loss(W, l1, xi=None):
         hidden = hidden + xi.unsqueeze(-2)
     y = torch.relu(torch.einsum("ibh,ifh->ibf", hidden, W))
     return (y - x).square().sum((-2, -1)) + l1 * W.abs().sum((-2, -1))
+
+
+def check_hidden_sizes(hidden, instances, features):
+    """Hidden sizes per instance as a list: one int for all, or one per instance, each in
+    1..features; a clear error otherwise."""
+    sizes = [hidden] * instances if isinstance(hidden, int) and not isinstance(hidden, bool) \
+        else list(hidden)
+    if len(sizes) != instances:
+        raise ValueError(f"hidden must be one size or {instances} sizes; got {len(sizes)}")
+    for size in sizes:
+        check_size("hidden", size)
+        if size > features:
+            raise ValueError(f"hidden must be <= features ({features}); got {size}")
+    return sizes
+
+
+class UntiedAutoencoder(nn.Module):
+    """The model of the Persian rug paper (and Elhage et al.'s untied variant):
+    y = out(W_out W_in x + b), out = ReLU (default) or identity.
+
+    W_in: (instances, hidden, features) compresses, W_out: (instances, features, hidden) and the
+    bias b: (instances, features) decode. ``hidden`` may differ per instance: smaller ones are
+    zero-padded to the largest, and padded weights get exactly zero gradient (a padded row of
+    W_in meets a zero column of W_out), so Adam never moves them and each instance trains as
+    it would alone. Init as torch.nn.Linear, as in the authors' code: W_in ~ U(±1/√features),
+    W_out and b ~ U(±1/√hidden). The loss is the squared error averaged over features and batch
+    (the authors' F.mse_loss); the text's eq. 2 sums over features, which is ``features`` times it.
+    """
+
+    def __init__(self, features, hidden, seeds, output="relu", dtype=torch.float32):
+        super().__init__()
+        self.seeds = check_seeds(seeds)
+        self.features = check_size("features", features)
+        self.hidden_sizes = check_hidden_sizes(hidden, len(self.seeds), features)
+        if output not in OUTPUTS:
+            raise ValueError(f"output must be one of {', '.join(OUTPUTS)}; got {output!r}")
+        self.output = output
+        instances, widest = len(self.seeds), max(self.hidden_sizes)
+        W_in = torch.zeros(instances, widest, features, dtype=dtype)
+        W_out = torch.zeros(instances, features, widest, dtype=dtype)
+        b = torch.zeros(instances, features, dtype=dtype)
+
+        def uniform(shape, bound, g):
+            return (torch.rand(shape, generator=g, dtype=dtype) * 2 - 1) * bound
+
+        for i, (seed, size) in enumerate(zip(self.seeds, self.hidden_sizes)):
+            g = generator(seed, "init")
+            W_in[i, :size] = uniform((size, features), features**-0.5, g)
+            W_out[i, :, :size] = uniform((features, size), size**-0.5, g)
+            b[i] = uniform((features,), size**-0.5, g)
+        self.W_in, self.W_out, self.b = nn.Parameter(W_in), nn.Parameter(W_out), nn.Parameter(b)
+
+    def product(self):
+        """W = W_out W_in: (instances, features, features)."""
+        return self.W_out @ self.W_in
+
+    def forward(self, x):
+        hidden = torch.bmm(x, self.W_in.mT)
+        pre = torch.baddbmm(self.b.unsqueeze(-2), hidden, self.W_out.mT)
+        return torch.relu(pre) if self.output == "relu" else pre
+
+    def loss(self, x):
+        """Squared error averaged over the batch and the features: (instances,)."""
+        return (x - self(x)).square().mean((-2, -1))

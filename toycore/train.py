@@ -89,3 +89,90 @@ def train(model, data, *, steps, lr, optimizer="sgd", record_at=None, metrics=No
         loss=torch.stack(recorded_loss).numpy(),
         metrics={name: torch.stack(values).numpy() for name, values in recorded_metrics.items()},
     )
+
+
+@dataclass
+class ConvergedRun:
+    """What ``train_until_converged`` did, per instance."""
+    steps: np.ndarray       # (instances,) steps each instance took
+    converged: np.ndarray   # (instances,) whether its stopping rule fired (else it hit the cap)
+    loss: list              # per instance, its training loss at every step it took
+
+
+def stopped(losses, window):
+    """The Persian rug paper's rule: stop once the mean loss of the last ``window`` steps is no
+    lower than the mean of the ``window`` steps before them."""
+    if len(losses) < 2 * window:
+        return False
+    return np.mean(losses[-window:]) >= np.mean(losses[-2 * window:-window])
+
+
+def train_until_converged(model, data, *, lr, batch, window=200, check_every=30,
+                          max_steps=45_000, steps=None, betas=(0.9, 0.999), eps=1e-7,
+                          desc="training"):
+    """Adam on every instance until its own stopping rule fires (``steps=N``: exactly N steps).
+
+    ``data.sample(batch, instances)`` draws fresh batches for the instances still training; lr
+    is one value or one per instance. The rule is checked every ``check_every`` steps (the
+    authors checked once per 30,000-sample epoch, about 30 batches of 1024). Instances that
+    stopped leave the batch, so the others no longer pay for them: the live parameters and
+    Adam's moments are gathered for the running instances and written back when one stops.
+    The update is torch.optim.Adam's, elementwise, so each instance trains exactly as alone.
+    """
+    names = [name for name, _ in model.named_parameters()]
+    storage = {name: param.detach() for name, param in model.named_parameters()}
+    instances = len(model.seeds)
+    lr = torch.as_tensor(lr, dtype=storage[names[0]].dtype).expand(instances).clone()
+    if not torch.all(lr > 0):
+        raise ValueError(f"lr must be > 0; got {lr.tolist()}")
+    if steps is not None:
+        check_size("steps", steps)
+    else:
+        check_size("window", window)
+        check_size("check_every", check_every)
+        check_size("max_steps", max_steps, minimum=2 * window)
+    cap = steps if steps is not None else max_steps
+    first_moment = {name: torch.zeros_like(t) for name, t in storage.items()}
+    second_moment = {name: torch.zeros_like(t) for name, t in storage.items()}
+    history = [[] for _ in range(instances)]
+    converged = np.zeros(instances, dtype=bool)
+    running = list(range(instances))
+    taken = 0
+    bar = progress_bar(cap, desc)
+    while running:
+        index = torch.tensor(running)
+        live = {name: storage[name][index].requires_grad_() for name in names}
+        m1 = {name: first_moment[name][index] for name in names}
+        m2 = {name: second_moment[name][index] for name in names}
+        running_lr = lr[index]
+        finished = []
+        while not finished:
+            x = data.sample(batch, running)
+            loss = (x - torch.func.functional_call(model, live, (x,))).square().mean((-2, -1))
+            grads = torch.autograd.grad(loss.sum(), [live[name] for name in names])
+            taken += 1
+            with torch.no_grad():
+                correction1, correction2 = 1 - betas[0] ** taken, 1 - betas[1] ** taken
+                for name, grad in zip(names, grads):
+                    m1[name].lerp_(grad, 1 - betas[0])
+                    m2[name].mul_(betas[1]).addcmul_(grad, grad, value=1 - betas[1])
+                    denominator = (m2[name] / correction2).sqrt_().add_(eps)
+                    scale = running_lr.view(-1, *[1] * (grad.dim() - 1)) / correction1
+                    live[name].sub_(scale * m1[name] / denominator)
+            for k, value in zip(running, loss.tolist()):
+                history[k].append(value)
+            bar.update(1)
+            if taken == cap:
+                finished = list(running)
+            elif steps is None and taken % check_every == 0:
+                finished = [k for k in running if stopped(history[k], window)]
+                converged[finished] = True
+        with torch.no_grad():
+            for name in names:
+                storage[name][index] = live[name].detach()
+                first_moment[name][index] = m1[name]
+                second_moment[name][index] = m2[name]
+        running = [k for k in running if k not in finished]
+    bar.close()
+    return ConvergedRun(steps=np.array([len(h) for h in history]), converged=converged,
+                        loss=[np.array(h) for h in history])

@@ -1,0 +1,159 @@
+"""Chapter 5: the Hadamard construction, the bound, the macroscopic loss, the exact linear
+baseline, and batched grid training."""
+import numpy as np
+import pytest
+import scipy.linalg
+import torch
+
+from toycore.data import SparseUniform
+from toycore.experiments import persian_rug as ex
+from toycore.models import UntiedAutoencoder
+from toycore.theory import persian_rug as th
+from toycore.train import stopped, train_until_converged
+
+
+def test_hadamard_is_sylvesters_and_orthogonal():
+    for n in (1, 2, 8, 64):
+        H = th.hadamard(n)
+        assert np.array_equal(H, scipy.linalg.hadamard(n))
+        assert np.allclose(H @ H.T, n * np.eye(n))
+    with pytest.raises(ValueError, match="power of 2"):
+        th.hadamard(12)
+
+
+@pytest.mark.parametrize("features, hidden, seed", [(256, 40, 0), (64, 16, 3), (32, 31, 1)])
+def test_the_rug_has_unit_diagonal_is_a_symmetric_projector_and_depends_on_i_xor_j(
+        features, hidden, seed):
+    W_in, W_out, rows = th.persian_rug(features, hidden, seed)
+    R = W_out @ W_in
+    assert len(set(rows)) == hidden and W_in.shape == (hidden, features)
+    assert np.allclose(np.diag(R), 1)
+    assert np.allclose(R, R.T)
+    P = R * hidden / features
+    assert np.allclose(P @ P, P, atol=1e-12)
+    assert np.linalg.matrix_rank(R) == hidden
+    i, j = np.indices(R.shape)
+    by_xor = R[0, np.bitwise_xor(i, j)]
+    assert np.array_equal(R, by_xor)
+
+
+def test_the_rug_saturates_the_bound_and_random_low_rank_matrices_respect_it():
+    p = 0.05
+    for features, hidden in [(64, 16), (128, 40), (256, 100)]:
+        W_in, W_out, _ = th.persian_rug(features, hidden, seed=2)
+        ratio = hidden / features
+        assert ex.bound_ratios(W_out @ W_in, p, ratio) == pytest.approx(1, abs=1e-12)
+        for seed in range(5):
+            W = ex.random_low_rank(features, hidden, seed)
+            assert ex.bound_ratios(W, p, ratio) > 1
+
+
+def test_macroscopic_loss_agrees_with_monte_carlo():
+    rng = np.random.default_rng(0)
+    n = 2_000_000
+    for p, a, b, sigma in [(0.05, 1.2, -0.15, 0.1), (0.3, 0.8, 0.05, 0.4), (0.01, 1.0, -0.05, 0.02)]:
+        x = np.where(rng.random(n) < p, rng.random(n), 0.0)
+        nu = rng.normal(0, sigma, n)
+        samples = (x - np.maximum(a * (x + nu) + b, 0)) ** 2
+        standard_error = samples.std() / np.sqrt(n)
+        assert abs(samples.mean() - th.macroscopic_loss(a, b, sigma, p)) < 4 * standard_error
+
+
+def test_bayes_decoder_loss_agrees_with_monte_carlo_and_tends_to_sigma_squared():
+    rng = np.random.default_rng(1)
+    sigma, n = 0.2, 400_000
+    u = rng.random(n)
+    y = u + rng.normal(0, sigma, n)
+    # E[u|y] by quadrature on a grid of y, then the Monte Carlo mean squared error of that decoder
+    grid = np.linspace(y.min(), y.max(), 4001)
+    nodes = th.U_NODES[None, :]
+    weights = np.exp(-(grid[:, None] - nodes) ** 2 / (2 * sigma**2)) * th.U_WEIGHTS
+    posterior_mean = (weights * nodes).sum(1) / weights.sum(1)
+    errors = (u - np.interp(y, grid, posterior_mean)) ** 2
+    assert abs(errors.mean() - th.bayes_on_loss(sigma)) < 4 * errors.std() / np.sqrt(n)
+    assert th.bayes_on_loss(1e-3) / 1e-6 == pytest.approx(1, abs=0.01)
+
+
+def test_small_ratio_limit_is_the_variance_and_the_rug_sits_between_the_bound_and_linear():
+    for p in (0.01, 0.05, 0.2):
+        assert th.rug_loss(p, 1e-4)[0] == pytest.approx(th.small_ratio_loss(p), rel=1e-3)
+        for ratio in (0.1, 0.3, 0.6):
+            rug = th.rug_loss(p, ratio)[0]
+            assert th.elementwise_lower_bound(p, ratio) < rug < th.linear_loss(p, ratio)
+
+
+def test_exact_linear_baseline_matches_a_trained_linear_model():
+    features, p = 32, 0.1
+    losses = ex.linear_runs.__wrapped__(features, p, [0.25, 0.5], [0, 1])
+    for ratio, loss in zip([0.25, 0.5], losses):
+        assert loss == pytest.approx(th.linear_loss(p, ratio), rel=0.03)
+
+
+def test_grid_training_equals_separate_training_for_the_same_seeds():
+    features, densities, hiddens, seeds = 24, [0.1, 0.3, 0.2], [6, 3, 6], [5, 6, 7]
+    model = UntiedAutoencoder(features, hiddens, seeds, dtype=torch.float64)
+    data = SparseUniform(seeds, features, [1 - p for p in densities], dtype=torch.float64)
+    grid = train_until_converged(model, data, lr=0.01, batch=64, window=10, check_every=5,
+                                 max_steps=400, desc=None)
+    assert len(set(grid.steps)) > 1  # the instances stopped at different steps
+    for k in range(len(seeds)):
+        alone = UntiedAutoencoder(features, [hiddens[k]], [seeds[k]], dtype=torch.float64)
+        data = SparseUniform([seeds[k]], features, 1 - densities[k], dtype=torch.float64)
+        run = train_until_converged(alone, data, lr=0.01, batch=64, window=10, check_every=5,
+                                    max_steps=400, desc=None)
+        assert run.steps[0] == grid.steps[k]
+        assert np.allclose(run.loss[0], grid.loss[k], rtol=1e-10)
+        h = hiddens[k]
+        assert torch.allclose(alone.W_in[0], model.W_in[k, :h], atol=1e-12)
+        assert torch.allclose(alone.W_out[0], model.W_out[k, :, :h], atol=1e-12)
+        assert torch.all(model.W_in[k, h:] == 0) and torch.all(model.W_out[k, :, h:] == 0)
+
+
+def test_the_update_is_torch_adams_and_the_stopping_rule_is_the_texts():
+    model = UntiedAutoencoder(16, 4, [3], dtype=torch.float64)
+    reference = UntiedAutoencoder(16, 4, [3], dtype=torch.float64)
+    train_until_converged(model, SparseUniform([3], 16, 0.8, dtype=torch.float64), lr=0.02,
+                          batch=32, steps=30, desc=None)
+    optimizer = torch.optim.Adam(reference.parameters(), lr=0.02, eps=1e-7)
+    data = SparseUniform([3], 16, 0.8, dtype=torch.float64)
+    for _ in range(30):
+        optimizer.zero_grad()
+        reference.loss(data.sample(32)).sum().backward()
+        optimizer.step()
+    for mine, theirs in zip(model.parameters(), reference.parameters()):
+        assert torch.allclose(mine, theirs, atol=1e-12)
+    assert not stopped([3.0, 2.0, 1.0, 0.5], 2) and stopped([3.0, 2.0, 2.0, 3.0], 2)
+    assert not stopped([1.0, 1.0, 1.0], 2)  # fewer than two windows
+
+
+def test_bad_input_is_refused_before_any_work():
+    with pytest.raises(ValueError, match="hidden must be <= features"):
+        UntiedAutoencoder(8, 9, [0])
+    with pytest.raises(ValueError, match="hidden must be one size or 2 sizes"):
+        UntiedAutoencoder(8, [2, 3, 4], [0, 1])
+    with pytest.raises(ValueError, match="output must be one of"):
+        UntiedAutoencoder(8, 2, [0], output="tanh")
+    model = UntiedAutoencoder(8, 2, [0])
+    data = SparseUniform([0], 8, 0.9)
+    with pytest.raises(ValueError, match="lr must be > 0"):
+        train_until_converged(model, data, lr=0.0, batch=8, desc=None)
+    with pytest.raises(ValueError, match="max_steps must be an integer >= 400"):
+        train_until_converged(model, data, lr=0.1, batch=8, max_steps=100, desc=None)
+    with pytest.raises(ValueError, match="the ratio nd/ns must lie in"):
+        th.rug_loss(0.1, 1.5)
+    with pytest.raises(ValueError, match="p must lie in"):
+        th.rug_loss(0.0, 0.5)
+    with pytest.raises(ValueError, match="hidden must be <= features"):
+        th.persian_rug(16, 17)
+
+
+def test_symmetry_statistics_and_crossing_on_hand_built_inputs():
+    W = np.array([[2.0, 1.0, -1.0], [0.0, 2.0, 0.5], [1.0, 1.0, 1.0]])
+    b = np.array([-0.1, -0.2, -0.3])
+    stats = th.symmetry_statistics(W, b, 0.1)
+    assert stats["diagonal"] == pytest.approx(np.var([2, 2, 1]))
+    assert stats["bias"] == pytest.approx(np.var(b))
+    assert stats["row_variance"] == pytest.approx(np.var(th.feature_variance(0.1) * np.array([2, 0.25, 2])))
+    assert stats["lyapunov"] == pytest.approx(1.0)  # row 2: one off-diagonal entry is all of it
+    assert ex.crossing([64, 128, 256], [3.0, 2.0, 1.0], 1.5) == pytest.approx(np.sqrt(128 * 256))
+    assert ex.crossing([64, 128], [3.0, 2.0], 1.0) is None

@@ -1,0 +1,216 @@
+"""Chapter 5 experiments: trained untied models against the Persian rug.
+
+A whole (p, nd/ns) grid at one ns trains as one batched run: every (p, ratio, seed) is an
+instance of ``UntiedAutoencoder``, smaller hidden sizes zero-padded to the largest, each with its
+own data stream and its own stopping rule (``train_until_converged``). Adam with the authors'
+settings: lr 3e-3/√ns, eps 1e-7, batch 1024. Losses are measured afterwards on fresh data.
+Runs that take long are ``@cached``.
+"""
+from types import SimpleNamespace
+
+import numpy as np
+import torch
+
+from ..cache import cached
+from ..data import SparseUniform, check_size
+from ..models import UntiedAutoencoder
+from ..seeding import check_seeds
+from ..theory import persian_rug as th
+from ..train import train_until_converged
+
+BATCH = 1024
+EVAL_SAMPLES = 16_384
+
+
+def learning_rate(features):
+    """The authors' Adam learning rate, 3e-3 / √ns."""
+    return 3e-3 / features**0.5
+
+
+def hidden_size(features, ratio):
+    """nd for a ratio, as the authors' code rounds it: max(1, int(ns · ratio))."""
+    return max(1, int(features * th.check_ratio(ratio)))
+
+
+def instance_seed(cell, seed):
+    """Distinct seeds for the grid's cells: cell k, replicate s -> 1000 k + s."""
+    return 1000 * cell + seed
+
+
+@torch.no_grad()
+def evaluation_loss(model, densities, samples=EVAL_SAMPLES):
+    """Each instance's loss on fresh data (its own 'evaluation' stream): (instances,)."""
+    data = SparseUniform(model.seeds, model.features, [1 - p for p in densities],
+                         purpose="evaluation")
+    chunks = [model.loss(data.sample(BATCH)) for _ in range(samples // BATCH)]
+    return torch.stack(chunks).mean(0).numpy().astype(float)
+
+
+def _padded(curves):
+    """Per-instance loss curves of different lengths as one array, NaN after each run ends."""
+    out = np.full((len(curves), max(len(c) for c in curves)), np.nan, dtype=np.float32)
+    for k, curve in enumerate(curves):
+        out[k, :len(curve)] = curve
+    return out
+
+
+def train_models(features, densities, hiddens, seeds, *, output="relu", max_steps=45_000,
+                 steps=None, desc="training"):
+    """Train one model per (p, nd, seed) triple, one batched run per hidden size: padding every
+    model to the widest would make a grid over nd/ns = 0.05..0.8 do twice the work.
+
+    Returns, in the order given: W = W_out W_in (I, ns, ns), b (I, ns), the loss on fresh data
+    (I,), steps and converged (I,), and the training-loss curves (I, longest run, NaN-padded)."""
+    seeds = check_seeds(seeds)
+    densities, hiddens = list(densities), list(hiddens)
+    out = SimpleNamespace(W=np.zeros((len(seeds), features, features), np.float32),
+                          b=np.zeros((len(seeds), features), np.float32),
+                          loss=np.zeros(len(seeds)), steps=np.zeros(len(seeds), int),
+                          converged=np.zeros(len(seeds), bool), curves=[None] * len(seeds))
+    for hidden in sorted(set(hiddens)):
+        group = [k for k, h in enumerate(hiddens) if h == hidden]
+        model = UntiedAutoencoder(features, hidden, [seeds[k] for k in group], output=output)
+        group_densities = [densities[k] for k in group]
+        data = SparseUniform(model.seeds, features, [1 - p for p in group_densities])
+        run = train_until_converged(model, data, lr=learning_rate(features), batch=BATCH,
+                                    max_steps=max_steps, steps=steps,
+                                    desc=desc and f"{desc}, nd={hidden}")
+        out.W[group] = model.product().detach().numpy()
+        out.b[group] = model.b.detach().numpy()
+        out.loss[group] = evaluation_loss(model, group_densities)
+        out.steps[group], out.converged[group] = run.steps, run.converged
+        for k, curve in zip(group, run.loss):
+            out.curves[k] = curve
+    out.curves = _padded(out.curves)
+    return out
+
+
+@cached
+def grid_runs(features, densities, ratios, seeds, *, max_steps=45_000):
+    """Figures 2 and 4-7: every (p, ratio, seed) at one ns.
+
+    loss, steps, converged: (P, R, S); W: (P, R, S, ns, ns); b: (P, R, S, ns);
+    curves: (P, R, S, longest run) training loss per step, NaN after a run stopped."""
+    check_size("features", features)
+    seeds = check_seeds(seeds)
+    cells = [(p, r) for p in densities for r in ratios]
+    instances = [(p, r, instance_seed(k, s)) for k, (p, r) in enumerate(cells) for s in seeds]
+    run = train_models(features, [p for p, _, _ in instances],
+                       [hidden_size(features, r) for _, r, _ in instances],
+                       [s for *_, s in instances], max_steps=max_steps,
+                       desc=f"{len(instances)} models at ns={features}")
+    shape = (len(densities), len(ratios), len(seeds))
+    return SimpleNamespace(
+        features=features, densities=np.array(densities), ratios=np.array(ratios),
+        hidden=np.array([hidden_size(features, r) for r in ratios]), seeds=np.array(seeds),
+        loss=run.loss.reshape(shape), steps=run.steps.reshape(shape),
+        converged=run.converged.reshape(shape), W=run.W.reshape(*shape, features, features),
+        b=run.b.reshape(*shape, features), curves=run.curves.reshape(*shape, -1))
+
+
+@cached
+def size_sweep(sizes, density, ratio, seeds, *, max_steps=45_000):
+    """Figure 3 and beyond the text: the same (p, ratio) at growing ns, a batched run per ns.
+    Per ns, what ``train_models`` returns, with ``hidden`` added."""
+    runs = {}
+    for features in sizes:
+        hidden = hidden_size(features, ratio)
+        runs[features] = train_models(features, [density] * len(seeds), [hidden] * len(seeds),
+                                      seeds, max_steps=max_steps,
+                                      desc=f"{len(seeds)} models at ns={features}")
+        runs[features].hidden = hidden
+    return runs
+
+
+@cached
+def linear_runs(features, density, ratios, seeds, *, max_steps=45_000):
+    """Trained linear models (no ReLU) with a bias, to check the exact linear optimum: (R, S)."""
+    instances = [(r, s) for r in ratios for s in seeds]
+    run = train_models(features, [density] * len(instances),
+                       [hidden_size(features, r) for r, _ in instances],
+                       [s for _, s in instances], output="linear", max_steps=max_steps,
+                       desc=f"{len(instances)} linear models")
+    return run.loss.reshape(len(ratios), len(seeds))
+
+
+@torch.no_grad()
+def rug_model_loss(features, density, ratio, seed=0, samples=EVAL_SAMPLES):
+    """The Persian rug at finite ns with the large-ns optimal a and b, measured on data.
+
+    The rug's off-diagonal row sums are all equal, so the interference mean μ is the same for
+    every output and the bias is b - a μ. Returns (measured loss, predicted loss)."""
+    hidden = hidden_size(features, ratio)
+    predicted, a, b = th.rug_loss(density, hidden / features)
+    W_in, W_out, _ = th.persian_rug(features, hidden, seed)
+    R = W_out @ W_in
+    mean_interference = density / 2 * (R.sum(1) - 1)
+    W_in, W_out = torch.as_tensor(W_in), torch.as_tensor(a * W_out)
+    bias = torch.as_tensor(b - a * mean_interference)
+    data = SparseUniform([seed], features, 1 - density, dtype=torch.float64, purpose="evaluation")
+    total = 0.0
+    for _ in range(samples // BATCH):
+        x = data.sample(BATCH)[0]
+        y = torch.relu(x @ W_in.T @ W_out.T + bias)
+        total += (x - y).square().mean().item()
+    return total / (samples // BATCH), predicted
+
+
+def interference_samples(W, density, row=0, samples=20_000, seed=0):
+    """Samples of ν_row = Σ_{j≠row} W_ij x_j / W_ii on fresh data, and the Gaussian the text
+    predicts for it: (samples, mean, sd)."""
+    W = np.asarray(W, dtype=float)
+    weights = W[row] / W[row, row]
+    weights[row] = 0.0
+    data = SparseUniform([seed], W.shape[-1], 1 - density, dtype=torch.float64,
+                         purpose="interference")
+    x = data.sample(samples)[0].numpy()
+    mean = density / 2 * weights.sum()
+    sd = np.sqrt(th.feature_variance(density) * (weights**2).sum())
+    return x @ weights, mean, sd
+
+
+def symmetry(grid):
+    """Figures 4-7's statistics for every model of a grid: name -> (P, R, S)."""
+    densities = grid.densities[:, None, None, None]
+    return th.symmetry_statistics(grid.W, grid.b, densities)
+
+
+def bound_ratios(W, density, ratio):
+    """The mean interference variance of W scaled to unit diagonal over eq. 6's bound, per model
+    (W: (..., ns, ns)); the theorem says >= 1."""
+    return th.interference_variances(W, density).mean(-1) / th.variance_bound(density, ratio)
+
+
+def random_low_rank(features, hidden, seed):
+    """W = A B with Gaussian A (ns, nd), B (nd, ns): a generic matrix of rank nd."""
+    g = torch.Generator().manual_seed(seed)
+    A = torch.randn(features, hidden, generator=g, dtype=torch.float64)
+    B = torch.randn(hidden, features, generator=g, dtype=torch.float64)
+    return (A @ B).numpy()
+
+
+def macroscopic_parameters(W, b, density):
+    """A trained model's own macroscopic a, b, σ, read statistically: a the mean diagonal, σ² the
+    mean off-diagonal row variance Var x Σ_{j≠i} W_ij² over a², and b the mean of b_i plus the
+    interference mean (p/2) Σ_{j≠i} W_ij (moved into the bias, as the text does). Dividing by
+    the mean rather than each row's own diagonal keeps a dead feature (W_ii ≈ 0) from
+    dominating."""
+    diagonal = np.diagonal(W, axis1=-2, axis2=-1)
+    off_sums = W.sum(-1) - diagonal
+    off_squares = (W**2).sum(-1) - diagonal**2
+    a = diagonal.mean(-1)
+    sigma = np.sqrt(th.feature_variance(density) * off_squares.mean(-1)) / a
+    return a, (b + density / 2 * off_sums).mean(-1), sigma
+
+
+def crossing(sizes, losses, level):
+    """The ns at which the mean loss first falls to ``level``, interpolated in log ns; None when
+    it stays above."""
+    sizes, losses = np.log(np.asarray(sizes, float)), np.asarray(losses, float)
+    for k in range(len(sizes)):
+        if losses[k] <= level:
+            if k == 0:
+                return float(np.exp(sizes[0]))
+            t = (losses[k - 1] - level) / (losses[k - 1] - losses[k])
+            return float(np.exp(sizes[k - 1] + t * (sizes[k] - sizes[k - 1])))
+    return None

@@ -1,0 +1,160 @@
+"""Chapter 5 figures. Each function takes computed results and returns a Figure."""
+import numpy as np
+
+from ..theory import persian_rug as th
+from . import figure
+
+STATISTICS = {  # name: (figure number, colour-bar label)
+    "diagonal": (4, "variance of diag W"),
+    "bias": (5, "variance of b"),
+    "row_variance": (6, "variance over rows of Var ν_i"),
+    "lyapunov": (7, "worst-row Lyapunov ratio Λ"),
+}
+
+
+def _matrix(ax, M, limit=None, title=""):
+    limit = limit or np.abs(M).max()
+    image = ax.imshow(M, cmap="RdBu_r", vmin=-limit, vmax=limit, interpolation="nearest")
+    ax.set(title=title, xticks=[], yticks=[])
+    ax.grid(False)
+    return image
+
+
+def rug(R, title="Figure 1: a Persian rug"):
+    """The rug matrix R = W_out W_in."""
+    fig, ax = figure(width=4.6, height=4.2)
+    image = _matrix(ax, R, title=f"{title} (ns = {R.shape[0]})")
+    fig.colorbar(image, ax=ax, shrink=0.8)
+    return fig
+
+
+def loss_curves(grid, rug_ratios, rug_losses, finite_rug=None):
+    """Figure 2: loss against nd/ns, one panel per p: trained models (mean ± sd over seeds),
+    the Persian rug (large-ns theory; dots: a finite rug measured on data) and the exact optimal
+    linear model."""
+    panels = len(grid.densities)
+    fig, axes = figure(panels, width=3.0, height=2.9)
+    ratios = grid.hidden / grid.features
+    for k, (ax, p) in enumerate(zip(np.atleast_1d(axes), grid.densities)):
+        loss = grid.loss[k]
+        ax.errorbar(ratios, loss.mean(-1), yerr=loss.std(-1), fmt="o", ms=4, color="C0",
+                    label=f"trained, ns = {grid.features}")
+        ax.plot(rug_ratios, rug_losses[k], color="C3", label="Persian rug (ns → ∞)")
+        if finite_rug is not None:
+            ax.plot(finite_rug["ratios"], finite_rug["loss"][k], "x", color="C3", ms=6,
+                    label=f"Persian rug, ns = {finite_rug['features']}")
+        ax.plot(rug_ratios, th.linear_loss(p, np.asarray(rug_ratios)), "--", color="0.4",
+                label="optimal linear")
+        ax.set(title=f"p = {p:g}", xlabel="nd / ns", ylim=(0, None), xlim=(0, 1))
+    np.atleast_1d(axes)[0].set_ylabel("loss per feature")
+    np.atleast_1d(axes)[0].legend(loc="upper right")
+    fig.suptitle("Figure 2: loss against the compression ratio", fontsize=10)
+    return fig
+
+
+def weight_block(W, b, size=30, title=""):
+    """Figure 3: the first size x size block of W and the same entries of b."""
+    fig, (ax, bx) = figure(2, width=3.6, height=3.6, gridspec_kw={"width_ratios": [size, 3]})
+    limit = np.abs(W[:size, :size]).max()
+    image = _matrix(ax, W[:size, :size], limit, "W = W_out W_in (first 30 x 30)")
+    _matrix(bx, b[:size, None], limit, "b")
+    fig.colorbar(image, ax=[ax, bx], shrink=0.8)
+    fig.suptitle(title, fontsize=10)
+    return fig
+
+
+def symmetry_heatmaps(grids, statistic):
+    """Figures 4-7: one symmetry statistic over (p, nd/ns), one panel per ns, shared colours."""
+    number, label = STATISTICS[statistic]
+    values = [grid.statistics[statistic].mean(-1) for grid in grids]
+    positive = np.concatenate([v.ravel() for v in values])
+    low, high = np.log10(positive[positive > 0].min()), np.log10(positive.max())
+    fig, axes = figure(len(grids), width=3.0, height=2.8)
+    for ax, grid, value in zip(np.atleast_1d(axes), grids, values):
+        image = ax.imshow(np.log10(value), origin="lower", aspect="auto", vmin=low, vmax=high,
+                          cmap="viridis")
+        ax.set(title=f"ns = {grid.features}", xlabel="nd / ns", ylabel="p",
+               xticks=range(len(grid.ratios)), yticks=range(len(grid.densities)),
+               xticklabels=[f"{r:g}" for r in grid.ratios],
+               yticklabels=[f"{p:g}" for p in grid.densities])
+        ax.grid(False)
+    fig.colorbar(image, ax=axes, shrink=0.8, label=f"log₁₀ {label}")
+    fig.suptitle(f"Figure {number}: {label}, shrinking as ns grows", fontsize=10)
+    return fig
+
+
+def bound_check(points, title):
+    """The variance bound (eq. 6): the measured mean interference variance of unit-diagonal W
+    over the bound, for trained models and rugs, against nd/ns."""
+    fig, ax = figure(width=5.0, height=3.3)
+    for label, (ratios, values), marker in zip(points, points.values(), "osx^"):
+        ax.plot(ratios, values, marker, ms=5, label=label, alpha=0.8)
+    ax.axhline(1, color="k", lw=0.8, label="the bound")
+    ax.set(yscale="log", xlabel="nd / ns", ylabel="mean Var ν_i / bound", title=title)
+    ax.legend()
+    return fig
+
+
+def scaling(densities, ratio, losses, bounds, ratios, density, losses_r, bounds_r):
+    """Loss scaling at high sparsity: the rug's loss and appendix D's bound against p (fixed r)
+    and against r (fixed p), with p²/r guide lines."""
+    fig, (ax, bx) = figure(2, width=3.8, height=3.1)
+    ax.loglog(densities, losses, "o-", color="C3", label="Persian rug")
+    ax.loglog(densities, bounds, "s--", color="C2", label="any elementwise decoder ≥")
+    ax.loglog(densities, densities**2 / ratio, ":", color="k", label="p²/r")
+    ax.set(xlabel="p", ylabel="loss per feature", title=f"r = {ratio:g}")
+    bx.loglog(ratios, losses_r, "o-", color="C3")
+    bx.loglog(ratios, bounds_r, "s--", color="C2")
+    bx.loglog(ratios, density**2 / ratios, ":", color="k")
+    bx.set(xlabel="r = nd / ns", title=f"p = {density:g}")
+    ax.legend()
+    fig.suptitle("Loss scaling at high sparsity (section 4.3, appendix D)", fontsize=10)
+    return fig
+
+
+def size_sweep(sizes, losses, rug_value, linear_value, title):
+    """Beyond the text: trained loss against ns at fixed (p, r), with the rug's large-ns value."""
+    fig, ax = figure(width=4.8, height=3.2)
+    mean, sd = losses.mean(-1), losses.std(-1)
+    ax.errorbar(sizes, mean, yerr=sd, fmt="o-", label="trained (mean ± sd over seeds)")
+    ax.axhline(rug_value, color="C3", label="Persian rug (ns → ∞)")
+    ax.axhline(linear_value, color="0.4", ls="--", label="optimal linear")
+    ax.set(xscale="log", xlabel="ns", ylabel="loss per feature", title=title)
+    ax.set_xticks(sizes, [str(s) for s in sizes])
+    ax.minorticks_off()
+    ax.legend()
+    return fig
+
+
+def explorer_frame(W, b, curve, density, ratio, rug_value, nu, nu_mean, nu_sd):
+    """One (p, r) of the precomputed explorer: the trained W, its training loss against the rug
+    and linear levels, and the interference of output 0 against the predicted Gaussian."""
+    fig, (ax, bx, cx) = figure(3, width=3.2, height=2.9)
+    _matrix(ax, W[:30, :30], title="W, first 30 x 30")
+    steps = np.arange(1, np.isfinite(curve).sum() + 1)
+    bx.plot(steps, curve[:len(steps)], lw=0.6, color="C0", label="training loss")
+    bx.axhline(rug_value, color="C3", label="Persian rug")
+    bx.axhline(th.linear_loss(density, ratio), color="0.4", ls="--", label="linear")
+    bx.set(yscale="log", xlabel="Adam step", title="loss")
+    bx.legend(fontsize=7)
+    cx.hist(nu, bins=60, density=True, color="C0", alpha=0.6, label="ν₀ measured")
+    grid = np.linspace(nu.min(), nu.max(), 200)
+    cx.plot(grid, np.exp(-(grid - nu_mean) ** 2 / (2 * nu_sd**2)) / (nu_sd * np.sqrt(2 * np.pi)),
+            color="C3", label="Gaussian")
+    cx.set(xlabel="ν₀", title="interference of output 0")
+    cx.legend(fontsize=7)
+    fig.suptitle(f"p = {density:g}, nd/ns = {ratio:g}", fontsize=10)
+    return fig
+
+
+def live_rug(features, hidden, seed):
+    """The live explorer: a rug for chosen ns, nd, seed, and its off-diagonal entries."""
+    W_in, W_out, _ = th.persian_rug(features, hidden, seed)
+    R = W_out @ W_in
+    fig, (ax, bx) = figure(2, width=3.8, height=3.4)
+    _matrix(ax, R, title=f"R, ns = {features}, nd = {hidden}, seed {seed}")
+    off = R[~np.eye(features, dtype=bool)]
+    bx.hist(off, bins=50, color="C0")
+    bx.set(yscale="log", xlabel="R_ij, i ≠ j", title=f"{len(np.unique(np.round(off, 12)))} "
+           f"distinct values; Σ_j≠i R_ij² = {(off**2).sum() / features:.3g}")
+    return fig

@@ -1,0 +1,189 @@
+"""Chapter 5: the Persian rug (Cowsik, Dolev and Infanger).
+
+Notation of the text: ns sparse features, nd dense (hidden) dimensions, ratio r = nd/ns, each
+feature on with probability p and then uniform on [0, 1]. W = W_out W_in is (ns, ns); output i
+is ReLU(a (x_i + ν_i) + b) where a is the diagonal and ν_i = a⁻¹ Σ_{j≠i} W_ij x_j the interference.
+All losses here are per feature (the mean over features, as the authors' code trains).
+"""
+import numpy as np
+import torch
+from scipy import integrate, optimize
+from scipy.special import ndtr
+
+from ..data import check_size, sparse_moments
+from ..seeding import generator
+
+# Gauss-Legendre nodes on [0, 1] for integrals over u: the integrands bend on the scale σ, and
+# σ >= 0.009 over the text's range (p >= 0.001, r <= 0.8), far above the 5e-4 node spacing.
+_NODES, _WEIGHTS = np.polynomial.legendre.leggauss(2000)
+U_NODES, U_WEIGHTS = (_NODES + 1) / 2, _WEIGHTS / 2
+
+
+def check_density(p):
+    if not 0 < p <= 1:
+        raise ValueError(f"p must lie in (0, 1]; got {p!r}")
+    return float(p)
+
+
+def check_ratio(ratio):
+    if not 0 < ratio <= 1:
+        raise ValueError(f"the ratio nd/ns must lie in (0, 1]; got {ratio!r}")
+    return float(ratio)
+
+
+def feature_variance(p):
+    """Var x_i = p/3 - p²/4."""
+    return sparse_moments(1 - p)["variance"]
+
+
+# --- the construction (section 4.2.2) -------------------------------------------------------
+
+def hadamard(n):
+    """The Sylvester Hadamard matrix H_ij = (-1)^popcount(i AND j), n a power of 2."""
+    check_size("n", n)
+    if n & (n - 1):
+        raise ValueError(f"a Sylvester Hadamard matrix needs n a power of 2; got {n}")
+    i = np.arange(n)
+    bits = np.bitwise_and.outer(i, i)
+    parity = np.zeros_like(bits)
+    while bits.any():
+        parity ^= bits & 1
+        bits >>= 1
+    return 1 - 2 * parity.astype(float)
+
+
+def persian_rug(features, hidden, seed=0):
+    """The Persian rug weights: W_in = H[S] (nd, ns) for a random set S of nd rows of the
+    Hadamard matrix, W_out = W_inᵀ / nd, so R = W_out W_in = nd⁻¹ Σ_{k∈S} H_ik H_kj.
+    Returns (W_in, W_out, S)."""
+    check_size("hidden", hidden)
+    H = hadamard(features)
+    if hidden > features:
+        raise ValueError(f"hidden must be <= features ({features}); got {hidden}")
+    g = generator(seed, "rug")
+    rows = np.sort(torch.randperm(features, generator=g)[:hidden].numpy())
+    W_in = H[rows]
+    return W_in, W_in.T / hidden, rows
+
+
+# --- the bound (section 4.2.1, appendix C) ---------------------------------------------------
+
+def variance_bound(p, ratio):
+    """The text's eq. 6: the mean interference variance of any W of rank nd with unit diagonal
+    is at least (4p - 3p²)/12 (ns/nd - 1)."""
+    return (4 * p - 3 * p**2) / 12 * (1 / ratio - 1)
+
+
+def interference_variances(W, p):
+    """Var ν_i for every row of W (..., ns, ns) scaled to unit diagonal:
+    Var x · Σ_{j≠i} (W_ij / W_ii)²."""
+    diagonal = np.diagonal(W, axis1=-2, axis2=-1)
+    normalised = W / diagonal[..., :, None]
+    off = (normalised**2).sum(-1) - 1
+    return feature_variance(p) * off
+
+
+# --- statistics of a trained W (figures 4 to 7) ----------------------------------------------
+
+def symmetry_statistics(W, b, p):
+    """The four measures of statistical permutation symmetry for W (..., ns, ns), b (..., ns):
+    the variance of the diagonal (fig. 4), of the bias (fig. 5), over rows of the off-diagonal
+    interference variance Var x Σ_{j≠i} W_ij² (fig. 6), and the worst row's Lyapunov ratio
+    Λ = max_i Σ_{j≠i} |W_ij|³ / (Σ_{j≠i} W_ij²)^{3/2} (eq. 3, fig. 7)."""
+    diagonal = np.diagonal(W, axis1=-2, axis2=-1)
+    off = W - diagonal[..., :, None] * np.eye(W.shape[-1])
+    squares = (off**2).sum(-1)
+    lyapunov = (np.abs(off) ** 3).sum(-1) / squares**1.5
+    return {"diagonal": diagonal.var(-1), "bias": b.var(-1),
+            "row_variance": (feature_variance(p) * squares).var(-1),
+            "lyapunov": lyapunov.max(-1)}
+
+
+# --- the macroscopic loss (section 4.1) ------------------------------------------------------
+
+def relu_moments(mean, sd):
+    """E ReLU(Z) and E ReLU(Z)² for Z ~ N(mean, sd²), sd > 0, elementwise."""
+    t = mean / sd
+    cdf, pdf = ndtr(t), np.exp(-t**2 / 2) / np.sqrt(2 * np.pi)
+    return mean * cdf + sd * pdf, (mean**2 + sd**2) * cdf + mean * sd * pdf
+
+
+def macroscopic_loss(a, b, sigma, p):
+    """L(a, b, σ) = (1-p) E ReLU(aν + b)² + p E (u - ReLU(a(u + ν) + b))², ν ~ N(0, σ²), u ~ U[0,1]:
+    Gaussian moments in closed form, the u integral by 2000-point Gauss-Legendre quadrature."""
+    a = abs(a)  # the loss depends on a only through a·σ and a·u, and the text takes a > 0
+    _, off = relu_moments(np.asarray(b, float), a * sigma)
+    first, second = relu_moments(a * U_NODES + b, a * sigma)
+    on = U_WEIGHTS @ (U_NODES**2 - 2 * U_NODES * first + second)
+    return (1 - p) * off + p * on
+
+
+def optimal_macroscopic(p, sigma):
+    """min over a, b of L(a, b, σ): (loss, a, b). Nelder-Mead from a few starts."""
+    best = None
+    for a0, b0 in [(1.0, -2 * sigma), (1.0, 0.0), (0.5, -sigma), (1.5, -3 * sigma)]:
+        result = optimize.minimize(lambda ab: macroscopic_loss(ab[0], ab[1], sigma, p), [a0, b0],
+                                   method="Nelder-Mead",
+                                   options={"xatol": 1e-9, "fatol": 1e-14, "maxiter": 4000})
+        if best is None or result.fun < best.fun:
+            best = result
+    return float(best.fun), abs(float(best.x[0])), float(best.x[1])
+
+
+def rug_loss(p, ratio):
+    """The Persian rug's loss in the large-ns limit: the macroscopic loss at the bound's σ,
+    optimised over a and b: (loss, a, b)."""
+    p, ratio = check_density(p), check_ratio(ratio)
+    return optimal_macroscopic(p, np.sqrt(variance_bound(p, ratio)))
+
+
+def linear_loss(p, ratio):
+    """The best linear model with a bias: data covariance Var x · I is isotropic, so any rank-nd
+    projector is optimal and leaves (1 - nd/ns) of the variance."""
+    return (1 - ratio) * feature_variance(p)
+
+
+def authors_linear_loss(p, features, hidden):
+    """The authors' code's baseline, (ns - nd - 1) p / (3 ns): no bias and E x² = p/3."""
+    return (features - hidden - 1) * p / (3 * features)
+
+
+# --- loss scaling (section 4.3, appendix D) --------------------------------------------------
+
+def text_small_ratio_bound(p):
+    """Section 4.3.1's bound on the r -> 0 loss as printed: p/3 - p²/9."""
+    return p / 3 - p**2 / 9
+
+
+def small_ratio_loss(p):
+    """The r -> 0 loss: the interference drowns the signal, the best output is the constant
+    E x, and the loss is Var x = p/3 - p²/4 (below the printed p/3 - p²/9)."""
+    return feature_variance(p)
+
+
+def bayes_on_loss(sigma):
+    """E_y Var(u | y), y = u + ν, u ~ U[0,1], ν ~ N(0, σ²): the on-loss of the best possible
+    elementwise decoder f(y) = E[u | y] (appendix D), by adaptive quadrature over y."""
+    def conditional_variance_times_density(y):
+        lo, hi = -y / sigma, (1 - y) / sigma
+        mass = ndtr(hi) - ndtr(lo)
+        if mass < 1e-300:
+            return 0.0
+        phi_lo, phi_hi = np.exp(-lo**2 / 2), np.exp(-hi**2 / 2)
+        shift = (phi_lo - phi_hi) / np.sqrt(2 * np.pi) / mass
+        spread = (lo * phi_lo - hi * phi_hi) / np.sqrt(2 * np.pi) / mass
+        return sigma**2 * (1 + spread - shift**2) * mass
+    value, _ = integrate.quad(conditional_variance_times_density, -8 * sigma, 1 + 8 * sigma,
+                              points=[0.0, 1.0], limit=400, epsabs=1e-14)
+    return value
+
+
+def elementwise_lower_bound(p, ratio):
+    """Appendix D under the text's assumptions: any elementwise decoder of Gaussian interference
+    at the bound's σ loses at least p · E Var(u | y)."""
+    return p * bayes_on_loss(np.sqrt(variance_bound(p, ratio)))
+
+
+def log_log_slope(x, y):
+    """The least-squares slope of log y against log x."""
+    return float(np.polyfit(np.log(x), np.log(y), 1)[0])

@@ -38,15 +38,21 @@ def test_explorer_rejects_bad_axes():
         precomputed_explorer(_render, a=[])
 
 
-def test_live_explorer_draws_at_once_and_on_demand():
+def test_live_explorer_draws_at_once_and_on_demand_into_an_image():
     seen = []
 
-    def function(n=2):
-        seen.append(n)
+    def function(n=2, kind="a"):
+        seen.append((n, kind))
         return _render(n=n)
 
-    explorer = live_explorer(function, n=(1, 5))
-    assert seen == [2]
-    explorer.children[0].value = 4
-    explorer.update()
-    assert seen == [2, 4]
+    explorer = live_explorer(function, n=(1, 5), kind=["a", "b"])
+    (slider, dropdown, button), image = explorer.children[0].children, explorer.children[1]
+    assert seen == [(2, "a")] and (slider.value, dropdown.value) == (2, "a")
+    assert isinstance(image, widgets.Image) and image.value[:4] == b"\x89PNG"
+    first = image.value
+    slider.value = 4
+    assert seen == [(2, "a")]  # nothing recomputes until Run
+    button.click()
+    assert seen == [(2, "a"), (4, "a")] and image.value != first
+    with pytest.raises(ValueError, match="cannot make a control for 'n'"):
+        live_explorer(function, n=object())

@@ -2,14 +2,16 @@
 
 - ``precomputed_explorer``: every figure is rendered when the notebook runs; sliders are
   ``jslink``ed to a ``Stack`` of images, so the explorer works in the static HTML with no kernel.
-- ``live_explorer``: ``interactive`` controls that recompute; needs a kernel (Binder, local).
+- ``live_explorer``: controls and a Run button that recompute the figure; needs a kernel
+  (Binder, local). The figure is an ``Image`` widget, not an ``Output`` widget: when papermill
+  (nbclient) executes a cell that displays into an ``Output`` widget it sends widget state back
+  to the kernel on the channel it is polling for the cell's reply, and now and then never sees
+  the reply (jupyter/nbclient#312): chapter 5's build hung on such a cell in two runs of six.
 """
-import functools
+import inspect
 import itertools
 
 import ipywidgets as widgets
-import matplotlib.pyplot as plt
-from IPython.display import display
 from matplotlib.figure import Figure
 
 from .plots import to_png
@@ -48,19 +50,31 @@ def precomputed_explorer(render, **axes):
 
 
 def live_explorer(function, **controls):
-    """``interactive(function, **controls)`` that recomputes when the user clicks Run.
+    """Controls for ``function``'s parameters and a Run button; ``function`` returns a Figure.
 
-    ``function`` returns a matplotlib Figure. A button rather than live sliders: retraining takes
-    a second or two. The first figure is drawn at once, so the static page shows a real result.
+    controls: ``name=abbreviation`` as for ``interact`` ((min, max, step) for a slider, a list
+    for a dropdown); the start values are ``function``'s defaults. A button rather than live
+    controls: recomputing may take a few seconds. The first figure is drawn at once, so the
+    static page shows a real result. Returns a VBox: controls and button above the image.
     """
-    @functools.wraps(function)  # interactive reads the defaults from the signature
-    def show(**values):
-        fig = function(**values)
+    defaults = inspect.signature(function).parameters
+    inputs = {}
+    for name, abbreviation in controls.items():
+        default = defaults[name].default if name in defaults else inspect.Parameter.empty
+        control = widgets.interactive.widget_from_abbrev(abbreviation, default)
+        if control is None:
+            raise ValueError(f"cannot make a control for {name!r} from {abbreviation!r}")
+        control.description = name
+        inputs[name] = control
+    image = widgets.Image(format="png", layout=widgets.Layout(width="auto"))
+    button = widgets.Button(description="Run")
+
+    def run(_=None):
+        fig = function(**{name: control.value for name, control in inputs.items()})
         if not isinstance(fig, Figure):
             raise TypeError(f"live_explorer's function must return a Figure; got {type(fig)}")
-        display(fig)
-        plt.close(fig)
+        image.value = to_png(fig)
 
-    explorer = widgets.interactive(show, {"manual": True, "manual_name": "Run"}, **controls)
-    explorer.update()
-    return explorer
+    button.on_click(run)
+    run()
+    return widgets.VBox([widgets.HBox([*inputs.values(), button]), image])

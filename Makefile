@@ -1,6 +1,7 @@
 # make book [PROFILE=ci|cpu|paper]   execute every chapter and build the HTML book
 # make test                          the whole test suite, chapters run in the `ci` profile
-# make benchmark                     chapter 3's closed-form step against plain autograd
+# make benchmark                     chapter 3's closed-form step against plain autograd, and
+#                                    chapter 5's batched grid against a plain loop
 PROFILE ?= cpu
 PROFILES := ci cpu paper
 VENV ?= .venv
@@ -36,6 +37,7 @@ test: $(INSTALLED)
 
 benchmark: $(INSTALLED)
 	$(PYTHON) benchmarks/tied_step.py
+	$(PYTHON) benchmarks/rug_grid.py
 
 clean:
 	rm -rf _build

@@ -86,8 +86,9 @@ def train_models(features, densities, hiddens, seeds, *, output="relu", max_step
 
 
 @cached
-def grid_runs(features, densities, ratios, seeds, *, max_steps=45_000):
-    """Figures 2 and 4-7: every (p, ratio, seed) at one ns.
+def grid_runs(features, densities, ratios, seeds, *, max_steps=45_000, steps=None):
+    """Figures 2 and 4-7: every (p, ratio, seed) at one ns, to the stopping rule, or for exactly
+    ``steps`` steps.
 
     loss, steps, converged: (P, R, S); W: (P, R, S, ns, ns); b: (P, R, S, ns);
     curves: (P, R, S, longest run) training loss per step, NaN after a run stopped."""
@@ -97,7 +98,7 @@ def grid_runs(features, densities, ratios, seeds, *, max_steps=45_000):
     instances = [(p, r, instance_seed(k, s)) for k, (p, r) in enumerate(cells) for s in seeds]
     run = train_models(features, [p for p, _, _ in instances],
                        [hidden_size(features, r) for _, r, _ in instances],
-                       [s for *_, s in instances], max_steps=max_steps,
+                       [s for *_, s in instances], max_steps=max_steps, steps=steps,
                        desc=f"{len(instances)} models at ns={features}")
     shape = (len(densities), len(ratios), len(seeds))
     return SimpleNamespace(
@@ -176,9 +177,12 @@ def symmetry(grid):
 
 
 def bound_ratios(W, density, ratio):
-    """The mean interference variance of W scaled to unit diagonal over eq. 6's bound, per model
-    (W: (..., ns, ns)); the theorem says >= 1."""
-    return th.interference_variances(W, density).mean(-1) / th.variance_bound(density, ratio)
+    """The mean interference variance of W scaled to unit diagonal over eq. 6's bound, per model:
+    W (..., ns, ns), density and ratio broadcastable to W's leading shape (...). The theorem
+    says >= 1."""
+    density = np.asarray(density)
+    variances = th.interference_variances(W, density[..., None]).mean(-1)
+    return variances / th.variance_bound(density, ratio)
 
 
 def random_low_rank(features, hidden, seed):
@@ -189,18 +193,18 @@ def random_low_rank(features, hidden, seed):
     return (A @ B).numpy()
 
 
-def macroscopic_parameters(W, b, density):
-    """A trained model's own macroscopic a, b, σ, read statistically: a the mean diagonal, σ² the
-    mean off-diagonal row variance Var x Σ_{j≠i} W_ij² over a², and b the mean of b_i plus the
-    interference mean (p/2) Σ_{j≠i} W_ij (moved into the bias, as the text does). Dividing by
-    the mean rather than each row's own diagonal keeps a dead feature (W_ii ≈ 0) from
-    dominating."""
-    diagonal = np.diagonal(W, axis1=-2, axis2=-1)
-    off_sums = W.sum(-1) - diagonal
-    off_squares = (W**2).sum(-1) - diagonal**2
-    a = diagonal.mean(-1)
-    sigma = np.sqrt(th.feature_variance(density) * off_squares.mean(-1)) / a
-    return a, (b + density / 2 * off_sums).mean(-1), sigma
+def row_macroscopic_loss(W, b, density):
+    """The text's Gaussian-interference loss with each output's own statistics, averaged over
+    outputs: output i has a_i = W_ii, bias b_i + (p/2) Σ_{j≠i} W_ij (the interference mean moved
+    into it) and interference sd √(Var x Σ_{j≠i} W_ij²) / a_i. W (ns, ns), b (ns,)."""
+    W, b = np.asarray(W, float), np.asarray(b, float)
+    diagonal = np.diag(W)
+    off = W - np.diag(diagonal)
+    a = np.where(np.abs(diagonal) < 1e-12, 1e-12, np.abs(diagonal))  # a dead output: a -> 0
+    spread = np.sqrt(th.feature_variance(density) * (off**2).sum(1))
+    bias = b + density / 2 * off.sum(1)
+    return float(np.mean([th.macroscopic_loss(ai, bi, si / ai, density)
+                          for ai, bi, si in zip(a, bias, spread)]))
 
 
 def crossing(sizes, losses, level):

@@ -147,8 +147,10 @@ def explorer_frame(W, b, curve, density, ratio, rug_value, nu, nu_mean, nu_sd):
     return fig
 
 
-def live_rug(features, hidden, seed):
-    """The live explorer: a rug for chosen ns, nd, seed, and its off-diagonal entries."""
+def live_rug(features=256, ratio=0.16, seed=0):
+    """The live explorer: a rug for chosen ns, nd = max(1, ⌊ns · ratio⌋) and seed, and its
+    off-diagonal entries."""
+    hidden = max(1, int(features * ratio))
     W_in, W_out, _ = th.persian_rug(features, hidden, seed)
     R = W_out @ W_in
     fig, (ax, bx) = figure(2, width=3.8, height=3.4)

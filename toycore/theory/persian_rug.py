@@ -57,9 +57,9 @@ def persian_rug(features, hidden, seed=0):
     Hadamard matrix, W_out = W_inᵀ / nd, so R = W_out W_in = nd⁻¹ Σ_{k∈S} H_ik H_kj.
     Returns (W_in, W_out, S)."""
     check_size("hidden", hidden)
-    H = hadamard(features)
     if hidden > features:
         raise ValueError(f"hidden must be <= features ({features}); got {hidden}")
+    H = hadamard(features)
     g = generator(seed, "rug")
     rows = np.sort(torch.randperm(features, generator=g)[:hidden].numpy())
     W_in = H[rows]

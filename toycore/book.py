@@ -9,6 +9,9 @@
 3. The chapters' claims ledgers (``<build>/claims/*.json``) are summarised into the intro page.
 4. Sphinx renders ``<build>/source`` into ``<build>/html`` with execution off; the widget state
    papermill saved is embedded in the pages. Warnings are errors.
+5. Before any of this, ``toycore.offline`` fetches pinned require.js, the ipywidgets HTML manager
+   and MathJax from npm into ``<build>/offline``, and the pages load them from the book itself,
+   so the HTML shows widgets and math with no network (or from CDNs, with a warning, without npm).
 A failing cell stops the build, naming the chapter and the cell; no page with a traceback is
 published.
 """
@@ -27,12 +30,14 @@ import yaml
 from nbclient.exceptions import CellTimeoutError
 from papermill.exceptions import PapermillExecutionError
 
+from . import offline
 from .claims import load_ledgers
 from .paths import REPO_ROOT, build_dir as default_build_dir
 from .profiles import PROFILES, resolve_profile
 
 BOOK_FILES = ("_config.yml", "_toc.yml", "intro.md", "references.bib")
 LEDGER_MARKER = "<!-- claims-ledger -->"
+LEDGER_ANCHOR = "claims-ledger"  # the id of each chapter's "## Claims ledger" heading
 # The longest a single cell may run, per profile: a stuck or pathologically slow cell fails the
 # build naming its chapter instead of silently using up CI's time. `paper` runs on a GPU, unbounded.
 CELL_TIMEOUT_S = {"ci": 600, "cpu": 3600, "paper": None}
@@ -73,16 +78,19 @@ def execute_chapter(notebook, output, profile):
 
 
 def ledger_summary(ledgers, titles):
-    """The intro page's table of every chapter's claims ledger."""
-    lines = ["| chapter | profile | claims | reproduce | do not reproduce |",
-             "|---|---|---|---|---|"]
+    """The intro page's table of every chapter's claims ledger, linking to each chapter's table."""
+    lines = ["| chapter | profile | claims | reproduce | do not reproduce | ledger |",
+             "|---|---|---|---|---|---|"]
     failing = []
     for stem, rows in ledgers.items():
         passed = sum(row["passed"] for row in rows)
         profiles = ", ".join(sorted({row["profile"] for row in rows}))
-        link = f"[{titles.get(stem, stem)}](chapters/{stem}.ipynb)"
-        lines.append(f"| {link} | `{profiles}` | {len(rows)} | {passed} | {len(rows) - passed} |")
-        failing += [f"- {titles.get(stem, stem)}: {row['claim']}" for row in rows if not row["passed"]]
+        page = f"chapters/{stem}.ipynb"
+        lines.append(f"| [{titles.get(stem, stem)}]({page}) | `{profiles}` | {len(rows)} | {passed} "
+                     f"| {len(rows) - passed} | [table]({page}#{LEDGER_ANCHOR}) |")
+        failing += [f"- {titles.get(stem, stem)}: {row['claim']}"
+                    + (" (explained in the chapter)" if row["known_failure"] else " (**unexpected**)")
+                    for row in rows if not row["passed"]]
     if failing:
         lines += ["", "Claims that did not reproduce in this build:", ""] + failing
     return "\n".join(lines)
@@ -96,6 +104,13 @@ def notebook_title(notebook):
                 if line.startswith("# "):
                     return line[2:].strip()
     return notebook.stem
+
+
+def add_sphinx_config(config_file, settings):
+    """Add settings to a _config.yml's ``sphinx.config`` (the build's copy, never the committed one)."""
+    config = yaml.safe_load(config_file.read_text())
+    config.setdefault("sphinx", {}).setdefault("config", {}).update(settings)
+    config_file.write_text(yaml.safe_dump(config, sort_keys=False))
 
 
 @contextlib.contextmanager
@@ -123,6 +138,12 @@ def build(profile=None, build_dir=None, log=print):
     (source / "chapters").mkdir(parents=True)
     for name in BOOK_FILES:
         shutil.copy2(REPO_ROOT / name, source / name)
+    try:
+        self_contained = offline.vendor(build_dir / "offline", log=log)
+    except offline.AssetError as error:
+        raise BuildError(str(error)) from None
+    if self_contained:
+        add_sphinx_config(source / "_config.yml", offline.sphinx_settings(build_dir / "offline"))
     claims = build_dir / "claims"
     if claims.exists():
         shutil.rmtree(claims)  # a ledger from an earlier build must not pass for this one

@@ -10,13 +10,6 @@ from toycore import book
 from toycore.claims import unexpected_verdicts
 
 
-@pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    build_dir = tmp_path_factory.mktemp("book")
-    index = book.build("ci", build_dir, log=lambda message: None)
-    return build_dir, index
-
-
 def chapter_pages(build_dir):
     return {p.stem: build_dir / "html" / "chapters" / f"{p.stem}.html" for p in book.chapters()}
 
@@ -106,3 +99,32 @@ def test_unknown_profile_is_refused_before_any_work(tmp_path):
     with pytest.raises(ValueError, match="profile must be one of"):
         book.build("gpu", tmp_path)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_pages_load_every_script_from_the_book_itself(built):
+    build_dir, _ = built
+    html = build_dir / "html"
+    for page in [html / "intro.html", *chapter_pages(build_dir).values()]:
+        soup = BeautifulSoup(page.read_text(), "html.parser")
+        sources = [script["src"] for script in soup.find_all("script", src=True)]
+        assert not [src for src in sources if "://" in src or src.startswith("//")], page.name
+        for src in sources:
+            assert (page.parent / src.split("?")[0]).resolve().is_file(), f"{page.name}: {src} missing"
+    chapter = BeautifulSoup(chapter_pages(build_dir)["05_persian_rug"].read_text(), "html.parser")
+    sources = " ".join(script["src"] for script in chapter.find_all("script", src=True))
+    for script in ("vendor/requirejs/require.js", "vendor/html-manager/dist/embed-amd.js",
+                   "vendor/mathjax/es5/tex-mml-chtml.js"):
+        assert script in sources
+
+
+def test_every_reference_is_cited_and_the_intro_cites_the_four_texts():
+    from toycore.paths import REPO_ROOT
+
+    entries = set(re.findall(r"^@\w+\{([^,]+),", (REPO_ROOT / "references.bib").read_text(), re.M))
+    intro = (REPO_ROOT / "intro.md").read_text()
+    texts = intro + "".join(notebook.read_text() for notebook in book.chapters())
+    cited = set(re.findall(r"\{cite:[pt]\}`([^`]+)`", texts))
+    assert cited <= entries and entries <= cited, (cited ^ entries)
+    for source in ("notes_toy_autoencoding", "elhage2022superposition", "lecomte2023incidental",
+                   "persianrug2024"):
+        assert f"`{source}`" in intro

@@ -1,0 +1,207 @@
+"""The `ci` book in a real browser, with no network: Debian's Chromium driven by Playwright.
+
+The built HTML is served from 127.0.0.1 and every request to any other host is refused, as for
+a reader offline. Each page must render its math and every widget view, each precomputed
+explorer's sliders must change the figure shown, and no script may throw, except for the
+harmless errors listed below. A screenshot of each page is saved under _build/screenshots/.
+"""
+import functools
+import http.server
+import re
+import threading
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
+from playwright.sync_api import sync_playwright
+
+from toycore import book
+from toycore.paths import REPO_ROOT
+
+CHROMIUM = Path("/usr/bin/chromium")
+# Without the networking flags Chromium itself calls out to Google at start (refused here).
+CHROMIUM_ARGS = ["--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--disable-quic", "--no-first-run"]
+SCREENSHOTS = REPO_ROOT / "_build" / "screenshots"
+# Page errors known to be harmless, each with the reason.
+HARMLESS_ERRORS = {
+    # sphinx-thebe 0.3.1 writes its inline configuration script into each page twice; the
+    # second copy re-declares the same constants and throws, the first has already set them.
+    "Identifier 'THEBE_JS_URL' has already been declared",
+}
+PAGES = ["intro"] + [f"chapters/{notebook.stem}" for notebook in book.chapters()]
+
+
+class QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture(scope="module")
+def site(built):
+    """The built HTML served on 127.0.0.1 for the duration of the module: its base URL."""
+    build_dir, _ = built
+    handler = functools.partial(QuietHandler, directory=str(build_dir / "html"))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_port}"
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not CHROMIUM.exists():
+        pytest.fail("the browser test needs Debian's Chromium: apt-get install chromium")
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+class OfflinePage:
+    """A page whose requests leave 127.0.0.1 only to be refused, recording what it tried."""
+
+    def __init__(self, browser, url):
+        self.context = browser.new_context(viewport={"width": 1280, "height": 900},
+                                           service_workers="block")
+        self.page = self.context.new_page()
+        self.errors, self.refused, self.unsettled = [], [], None
+        self.page.on("pageerror", lambda error: self.errors.append(str(error)))
+        self.page.route("**/*", self._route)
+        self.page.goto(url, wait_until="load")
+
+    def _route(self, route):
+        url = route.request.url
+        if urlsplit(url).scheme in ("data", "blob") or urlsplit(url).hostname == "127.0.0.1":
+            route.continue_()
+        else:
+            self.refused.append(url)
+            route.abort()
+
+    def close(self):
+        self.context.close()
+
+
+@pytest.fixture(scope="module")
+def pages(site, browser):
+    """Each page opened once and given time for its math and widgets to settle."""
+    opened = {}
+    for name in PAGES:
+        page = OfflinePage(browser, f"{site}/{name}.html")
+        views = page.page.locator('script[type="application/vnd.jupyter.widget-view+json"]').count()
+        try:  # MathJax typesets after load (pages without math do not load it); widgets render on load
+            page.page.wait_for_function("!window.MathJax || (MathJax.startup && MathJax.startup.promise)")
+            page.page.evaluate("window.MathJax ? MathJax.startup.promise.then(() => true) : true")
+            page.page.wait_for_function(f"document.querySelectorAll('.widget-subarea').length == {views}")
+        except PlaywrightTimeout as timeout:
+            page.unsettled = str(timeout).splitlines()[0]
+        opened[name] = page
+    yield opened
+    for page in opened.values():
+        page.close()
+
+
+@pytest.mark.parametrize("name", PAGES)
+def test_page_needs_nothing_from_outside_and_throws_nothing(pages, name):
+    page = pages[name]
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.page.screenshot(path=str(SCREENSHOTS / f"{Path(name).name}.png"), full_page=True)
+    assert page.refused == [], f"{name}: requests left the machine: {page.refused}"
+    unexpected = [error for error in page.errors if error not in HARMLESS_ERRORS]
+    assert unexpected == [], f"{name}: uncaught errors in the page: {unexpected}"
+    assert page.unsettled is None, f"{name}: math or widgets never finished: {page.unsettled}"
+
+
+# Text outside code, scripts and typeset math: what a reader sees as prose.
+VISIBLE_PROSE_JS = """() => {
+  const walker = document.createTreeWalker(document.querySelector('main') || document.body,
+                                           NodeFilter.SHOW_TEXT);
+  const parts = [];
+  for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+    if (!node.parentElement.closest('pre, code, script, style, mjx-container, .highlight')) {
+      parts.push(node.textContent);
+    }
+  }
+  return parts.join(' ');
+}"""
+
+
+@pytest.mark.parametrize("name", [name for name in PAGES if name != "intro"])
+def test_math_is_typeset_and_no_tex_is_left_raw(pages, name):
+    page = pages[name].page
+    formulas = page.locator("main .math").count()
+    assert formulas > 0, f"{name}: no formulas on the page"
+    typeset = page.locator("main .math mjx-container").count()
+    assert typeset == formulas, f"{name}: {formulas - typeset} of {formulas} formulas not typeset"
+    assert page.locator("mjx-merror").count() == 0, f"{name}: MathJax reports a TeX error"
+    prose = page.evaluate(VISIBLE_PROSE_JS)
+    raw = re.findall(r"\$[^$\n]{1,80}\$|\\\(|\\\[|\\begin\{", prose)
+    assert raw == [], f"{name}: TeX left raw in the page: {raw[:5]}"
+
+
+def _widget_areas(page):
+    return page.locator(".widget-subarea")
+
+
+def visible_figure(area):
+    """The src of the one image a reader sees in a widget area."""
+    return area.evaluate("""area => {
+      const shown = [...area.querySelectorAll('img')].filter(img => {
+        const box = img.getBoundingClientRect();
+        return img.offsetParent !== null && box.width > 0 && box.height > 0 && img.naturalWidth > 0;
+      });
+      return shown.length === 1 ? shown[0].src : `${shown.length} images shown`;
+    }""")
+
+
+@pytest.mark.parametrize("name", [name for name in PAGES if name != "intro"])
+def test_every_widget_view_renders(pages, name):
+    page = pages[name].page
+    views = page.locator('script[type="application/vnd.jupyter.widget-view+json"]').count()
+    areas = _widget_areas(page)
+    assert views >= 2 and areas.count() == views, f"{name}: {areas.count()} of {views} views rendered"
+    for index in range(views):
+        area = areas.nth(index)
+        box = area.bounding_box()
+        assert box and box["height"] > 100, f"{name}: widget {index} is empty"
+        assert visible_figure(area).startswith("blob:"), f"{name}: widget {index} shows no figure"
+        assert area.locator(".widget-slider, .widget-dropdown").count() >= 1, \
+            f"{name}: widget {index} has no controls"
+
+
+def drag_to_end(page, slider):
+    """Drag a slider's handle to the end of its track, as a reader would."""
+    handle = slider.locator(".noUi-handle").first
+    track = slider.locator(".noUi-target").first.bounding_box()
+    start = handle.bounding_box()
+    page.mouse.move(start["x"] + start["width"] / 2, start["y"] + start["height"] / 2)
+    page.mouse.down()
+    page.mouse.move(track["x"] + track["width"], start["y"] + start["height"] / 2, steps=8)
+    page.mouse.up()
+
+
+@pytest.mark.parametrize("name", [name for name in PAGES if name != "intro"])
+def test_each_precomputed_slider_changes_the_figure(pages, name):
+    page = pages[name].page
+    areas = _widget_areas(page)
+    explorers = [areas.nth(i) for i in range(areas.count())
+                 if areas.nth(i).locator("button").count() == 0]  # live explorers have a Run button
+    assert explorers, f"{name}: no precomputed explorer"
+    for explorer in explorers:
+        explorer.scroll_into_view_if_needed()
+        sliders = explorer.locator(".widget-slider")
+        assert sliders.count() >= 1
+        for index in range(sliders.count()):
+            before = visible_figure(explorer)
+            drag_to_end(page, sliders.nth(index))
+            page.wait_for_function("([area, before]) => {"
+                                   "  const img = [...area.querySelectorAll('img')]"
+                                   "    .find(i => i.offsetParent !== null && i.naturalWidth > 0);"
+                                   "  return img && img.src !== before; }",
+                                   arg=[explorer.element_handle(), before], timeout=5000)
+            after = visible_figure(explorer)
+            assert after.startswith("blob:") and after != before, \
+                f"{name}: slider {index} did not change the figure ({before} -> {after})"

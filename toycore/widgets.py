@@ -77,4 +77,5 @@ def live_explorer(function, **controls):
 
     button.on_click(run)
     run()
-    return widgets.VBox([widgets.HBox([*inputs.values(), button]), image])
+    controls = widgets.HBox([*inputs.values(), button], layout=widgets.Layout(flex_flow="row wrap"))
+    return widgets.VBox([controls, image])

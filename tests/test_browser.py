@@ -1,7 +1,7 @@
 """The `ci` book in a real browser, with no network: Debian's Chromium driven by Playwright.
 
-The built HTML is served from 127.0.0.1 and every request to any other host is refused, as for
-a reader offline. Each page must render its math and every widget view, each precomputed
+The built HTML is served from 127.0.0.1, and also opened straight from disk (file://); every
+request to any other host is refused, as for a reader offline. Each page must render its math and every widget view, each precomputed
 explorer's sliders must change the figure shown, and no script may throw, except for the
 harmless errors listed below. A screenshot of each page is saved under _build/screenshots/.
 """
@@ -38,11 +38,15 @@ class QuietHandler(http.server.SimpleHTTPRequestHandler):
         pass
 
 
-@pytest.fixture(scope="module")
-def site(built):
-    """The built HTML served on 127.0.0.1 for the duration of the module: its base URL."""
+@pytest.fixture(scope="module", params=["served", "from-disk"])
+def site(built, request):
+    """The built HTML, served on 127.0.0.1 or opened from disk: its base URL."""
     build_dir, _ = built
-    handler = functools.partial(QuietHandler, directory=str(build_dir / "html"))
+    html = build_dir / "html"
+    if request.param == "from-disk":
+        yield html.as_uri()
+        return
+    handler = functools.partial(QuietHandler, directory=str(html))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -74,11 +78,11 @@ class OfflinePage:
         self.page.goto(url, wait_until="load")
 
     def _route(self, route):
-        url = route.request.url
-        if urlsplit(url).scheme in ("data", "blob") or urlsplit(url).hostname == "127.0.0.1":
+        url = urlsplit(route.request.url)
+        if url.scheme in ("data", "blob", "file") or url.hostname == "127.0.0.1":
             route.continue_()
         else:
-            self.refused.append(url)
+            self.refused.append(route.request.url)
             route.abort()
 
     def close(self):
@@ -107,8 +111,9 @@ def pages(site, browser):
 @pytest.mark.parametrize("name", PAGES)
 def test_page_needs_nothing_from_outside_and_throws_nothing(pages, name):
     page = pages[name]
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    page.page.screenshot(path=str(SCREENSHOTS / f"{Path(name).name}.png"), full_page=True)
+    if page.page.url.startswith("http"):
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        page.page.screenshot(path=str(SCREENSHOTS / f"{Path(name).name}.png"), full_page=True)
     assert page.refused == [], f"{name}: requests left the machine: {page.refused}"
     unexpected = [error for error in page.errors if error not in HARMLESS_ERRORS]
     assert unexpected == [], f"{name}: uncaught errors in the page: {unexpected}"

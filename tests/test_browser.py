@@ -96,10 +96,13 @@ def pages(site, browser):
     for name in PAGES:
         page = OfflinePage(browser, f"{site}/{name}.html")
         views = page.page.locator('script[type="application/vnd.jupyter.widget-view+json"]').count()
-        try:  # MathJax typesets after load (pages without math do not load it); widgets render on load
+        try:  # MathJax typesets after load (pages without math do not load it); widgets draw on load
             page.page.wait_for_function("!window.MathJax || (MathJax.startup && MathJax.startup.promise)")
             page.page.evaluate("window.MathJax ? MathJax.startup.promise.then(() => true) : true")
-            page.page.wait_for_function(f"document.querySelectorAll('.widget-subarea').length == {views}")
+            page.page.wait_for_function(
+                "views => { const areas = [...document.querySelectorAll('.widget-subarea')];"
+                "  return areas.length == views && areas.every(area =>"
+                "    [...area.querySelectorAll('img')].some(img => img.naturalWidth > 0)); }", arg=views)
         except PlaywrightTimeout as timeout:
             page.unsettled = str(timeout).splitlines()[0]
         opened[name] = page

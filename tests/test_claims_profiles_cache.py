@@ -94,3 +94,14 @@ def test_cache_key_covers_a_chapters_own_modules_and_not_other_chapters():
     shared = cache.code_hash(__name__)
     assert len({shared, cache.code_hash("toycore.experiments.relu"),
                 cache.code_hash("toycore.experiments.linear"), cache.code_hash()}) == 4
+
+
+def test_every_toycore_module_is_classed_as_computing_or_presentation():
+    # A module not listed as presentation is hashed into every chapter's cache key: a build-only
+    # module left off that list would make every change to it retrain the whole book.
+    modules = {path.name for path in cache.PACKAGE.iterdir()
+               if path.suffix == ".py" or (path / "__init__.py").exists()}
+    computing = {"__init__.py", "cache.py", "data.py", "models.py", "noise.py", "paths.py",
+                 "profiles.py", "seeding.py", "train.py", "theory", "experiments"}
+    assert modules - cache.PRESENTATION == computing
+    assert cache.PRESENTATION <= modules

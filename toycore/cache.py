@@ -21,7 +21,7 @@ from joblib import Memory
 from .paths import build_dir
 
 PACKAGE = Path(__file__).resolve().parent
-PRESENTATION = {"plots", "widgets.py", "claims.py", "book.py", "progress.py"}
+PRESENTATION = {"plots", "widgets.py", "claims.py", "book.py", "offline.py", "progress.py"}
 
 
 CHAPTER_PACKAGES = ("theory", "experiments")

@@ -30,7 +30,8 @@ HARMLESS_ERRORS = {
     # second copy re-declares the same constants and throws, the first has already set them.
     "Identifier 'THEBE_JS_URL' has already been declared",
 }
-PAGES = ["intro"] + [f"chapters/{notebook.stem}" for notebook in book.chapters()]
+CHAPTER_PAGES = [f"chapters/{notebook.stem}" for notebook in book.chapters()]
+PAGES = ["intro"] + CHAPTER_PAGES
 
 
 class QuietHandler(http.server.SimpleHTTPRequestHandler):
@@ -137,7 +138,7 @@ VISIBLE_PROSE_JS = """() => {
 }"""
 
 
-@pytest.mark.parametrize("name", [name for name in PAGES if name != "intro"])
+@pytest.mark.parametrize("name", CHAPTER_PAGES)
 def test_math_is_typeset_and_no_tex_is_left_raw(pages, name):
     page = pages[name].page
     formulas = page.locator("main .math").count()
@@ -150,26 +151,25 @@ def test_math_is_typeset_and_no_tex_is_left_raw(pages, name):
     assert raw == [], f"{name}: TeX left raw in the page: {raw[:5]}"
 
 
-def _widget_areas(page):
-    return page.locator(".widget-subarea")
+# The src of the one image a reader sees in a widget area (a message when there is not one).
+VISIBLE_FIGURE_JS = """area => {
+  const shown = [...area.querySelectorAll('img')].filter(img => {
+    const box = img.getBoundingClientRect();
+    return img.offsetParent !== null && box.width > 0 && box.height > 0 && img.naturalWidth > 0;
+  });
+  return shown.length === 1 ? shown[0].src : `${shown.length} images shown`;
+}"""
 
 
 def visible_figure(area):
-    """The src of the one image a reader sees in a widget area."""
-    return area.evaluate("""area => {
-      const shown = [...area.querySelectorAll('img')].filter(img => {
-        const box = img.getBoundingClientRect();
-        return img.offsetParent !== null && box.width > 0 && box.height > 0 && img.naturalWidth > 0;
-      });
-      return shown.length === 1 ? shown[0].src : `${shown.length} images shown`;
-    }""")
+    return area.evaluate(VISIBLE_FIGURE_JS)
 
 
-@pytest.mark.parametrize("name", [name for name in PAGES if name != "intro"])
+@pytest.mark.parametrize("name", CHAPTER_PAGES)
 def test_every_widget_view_renders(pages, name):
     page = pages[name].page
     views = page.locator('script[type="application/vnd.jupyter.widget-view+json"]').count()
-    areas = _widget_areas(page)
+    areas = page.locator(".widget-subarea")
     assert views >= 2 and areas.count() == views, f"{name}: {areas.count()} of {views} views rendered"
     for index in range(views):
         area = areas.nth(index)
@@ -191,10 +191,10 @@ def drag_to_end(page, slider):
     page.mouse.up()
 
 
-@pytest.mark.parametrize("name", [name for name in PAGES if name != "intro"])
+@pytest.mark.parametrize("name", CHAPTER_PAGES)
 def test_each_precomputed_slider_changes_the_figure(pages, name):
     page = pages[name].page
-    areas = _widget_areas(page)
+    areas = page.locator(".widget-subarea")
     explorers = [areas.nth(i) for i in range(areas.count())
                  if areas.nth(i).locator("button").count() == 0]  # live explorers have a Run button
     assert explorers, f"{name}: no precomputed explorer"
@@ -205,10 +205,7 @@ def test_each_precomputed_slider_changes_the_figure(pages, name):
         for index in range(sliders.count()):
             before = visible_figure(explorer)
             drag_to_end(page, sliders.nth(index))
-            page.wait_for_function("([area, before]) => {"
-                                   "  const img = [...area.querySelectorAll('img')]"
-                                   "    .find(i => i.offsetParent !== null && i.naturalWidth > 0);"
-                                   "  return img && img.src !== before; }",
+            page.wait_for_function(f"([area, before]) => ({VISIBLE_FIGURE_JS})(area) !== before",
                                    arg=[explorer.element_handle(), before], timeout=5000)
             after = visible_figure(explorer)
             assert after.startswith("blob:") and after != before, \

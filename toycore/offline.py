@@ -102,7 +102,7 @@ def tarball(package, cache=CACHE_DIR):
         found = integrity_of(fetched)
         if found != package.integrity:
             raise AssetError(f"{package.name}@{package.version} from npm has checksum {found}, "
-                                f"not the pinned {package.integrity}; it was not used")
+                             f"not the pinned {package.integrity}; it was not used")
         fetched.replace(cached)
     return cached
 

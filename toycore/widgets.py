@@ -77,5 +77,5 @@ def live_explorer(function, **controls):
 
     button.on_click(run)
     run()
-    controls = widgets.HBox([*inputs.values(), button], layout=widgets.Layout(flex_flow="row wrap"))
-    return widgets.VBox([controls, image])
+    row = widgets.HBox([*inputs.values(), button], layout=widgets.Layout(flex_flow="row wrap"))
+    return widgets.VBox([row, image])

@@ -3,25 +3,32 @@
 Every model maps x of shape (instances, batch, features) to the same shape and has
 ``loss(x) -> (instances,)``: the mean over the batch of the squared error summed over features.
 Summing that vector and calling backward gives each instance exactly the gradient it would get
-if trained alone.
+if trained alone. A model is built on ``device`` (default ``toycore.devices.current()``), its
+initial weights drawn there from each seed's own generator.
 """
 import torch
 from torch import nn
 
+from . import devices
 from .data import basis_vectors, check_per_instance, check_size
 from .noise import HiddenNoise
 from .seeding import check_seeds, generator
 
 
-def _normal(seeds, shapes, std, dtype):
-    """N(0, std^2) tensors of the given shapes, drawn in order from each seed's init stream.
+def _device(device):
+    """The device a model is built on: ``device``, else ``toycore.devices.current()``."""
+    return devices.current() if device is None else torch.device(device)
 
-    Returns one stacked tensor per shape: (instances, *shape).
+
+def _normal(seeds, shapes, std, dtype, device):
+    """N(0, std^2) tensors of the given shapes, drawn in order from each seed's init stream
+    (a generator on ``device``). Returns one stacked tensor per shape: (instances, *shape).
     """
     per_seed = []
     for seed in seeds:
-        g = generator(seed, "init")
-        per_seed.append([torch.randn(shape, generator=g, dtype=dtype) * std for shape in shapes])
+        g = generator(seed, "init", device)
+        per_seed.append([torch.randn(shape, generator=g, dtype=dtype, device=device) * std
+                         for shape in shapes])
     return [torch.stack(draws) for draws in zip(*per_seed)]
 
 
@@ -42,14 +49,15 @@ class LinearAutoencoder(nn.Module):
     A: (instances, features, hidden) decodes; B: (instances, hidden, features) encodes.
     """
 
-    def __init__(self, features, hidden, seeds, init_std=None, dtype=torch.float32):
+    def __init__(self, features, hidden, seeds, init_std=None, dtype=torch.float32, device=None):
         super().__init__()
         self.seeds = check_seeds(seeds)
         self.features, self.hidden = check_size("features", features), check_size("hidden", hidden)
         if hidden > features:
             raise ValueError(f"hidden must be <= features ({features}); got {hidden}")
         std = _check_init_std(init_std if init_std is not None else features**-0.5)
-        A, B = _normal(self.seeds, [(features, hidden), (hidden, features)], std, dtype)
+        A, B = _normal(self.seeds, [(features, hidden), (hidden, features)], std, dtype,
+                       _device(device))
         self.A, self.B = nn.Parameter(A), nn.Parameter(B)
 
     def product(self):
@@ -67,14 +75,14 @@ class LinearAutoencoder(nn.Module):
 class TiedLinear(nn.Module):
     """x -> W^T W x with one W: (instances, hidden, features), i.e. A = W^T and B = W."""
 
-    def __init__(self, features, hidden, seeds, init_std=None, dtype=torch.float32):
+    def __init__(self, features, hidden, seeds, init_std=None, dtype=torch.float32, device=None):
         super().__init__()
         self.seeds = check_seeds(seeds)
         self.features, self.hidden = check_size("features", features), check_size("hidden", hidden)
         if hidden > features:
             raise ValueError(f"hidden must be <= features ({features}); got {hidden}")
         std = _check_init_std(init_std if init_std is not None else features**-0.5)
-        (W,) = _normal(self.seeds, [(hidden, features)], std, dtype)
+        (W,) = _normal(self.seeds, [(hidden, features)], std, dtype, _device(device))
         self.W = nn.Parameter(W)
 
     def product(self):
@@ -92,12 +100,12 @@ class TiedLinear(nn.Module):
 OUTPUTS = ("relu", "linear")
 
 
-def check_importance(importance, instances, features, dtype=torch.float32):
+def check_importance(importance, instances, features, dtype=torch.float32, device="cpu"):
     """Per-feature importance as (instances, features): None means all ones; one row (features,)
     is shared by every instance. Every value must be finite and > 0."""
     if importance is None:
-        return torch.ones(instances, features, dtype=dtype)
-    tensor = torch.as_tensor(importance, dtype=dtype)
+        return torch.ones(instances, features, dtype=dtype, device=device)
+    tensor = torch.as_tensor(importance, dtype=dtype, device=device)
     if tensor.dim() == 1:
         tensor = tensor.expand(instances, -1)
     if tensor.shape != (instances, features):
@@ -117,19 +125,19 @@ class ToyModel(nn.Module):
     """
 
     def __init__(self, features, hidden, seeds, importance=None, output="relu", init_std=None,
-                 dtype=torch.float32):
+                 dtype=torch.float32, device=None):
         super().__init__()
         self.seeds = check_seeds(seeds)
         self.features, self.hidden = check_size("features", features), check_size("hidden", hidden)
         if output not in OUTPUTS:
             raise ValueError(f"output must be one of {', '.join(OUTPUTS)}; got {output!r}")
-        self.output = output
+        self.output, device = output, _device(device)
         self.register_buffer("importance", check_importance(importance, len(self.seeds), features,
-                                                            dtype))
+                                                            dtype, device))
         std = _check_init_std(init_std if init_std is not None else (2 / (features + hidden)) ** 0.5)
-        (W,) = _normal(self.seeds, [(hidden, features)], std, dtype)
+        (W,) = _normal(self.seeds, [(hidden, features)], std, dtype, device)
         self.W = nn.Parameter(W)
-        self.b = nn.Parameter(torch.zeros(len(self.seeds), features, dtype=dtype))
+        self.b = nn.Parameter(torch.zeros(len(self.seeds), features, dtype=dtype, device=device))
 
     def forward(self, x):
         return toy_output(self.W, self.b, x, self.output)
@@ -195,19 +203,21 @@ class TiedBasisAutoencoder(nn.Module):
     """
 
     def __init__(self, features, hidden, seeds, l1=0.0, noise=None, sigma=0.0, init_std=None,
-                 dtype=torch.float32):
+                 dtype=torch.float32, device=None):
         super().__init__()
         self.seeds = check_seeds(seeds)
         self.features, self.hidden = check_size("features", features), check_size("hidden", hidden)
         if hidden < features:
             raise ValueError(f"hidden must be >= features ({features}): the model is about "
                              f"polysemanticity that is not needed; got hidden={hidden}")
-        self.register_buffer("l1", check_per_instance("l1", l1, len(self.seeds), dtype))
+        device = _device(device)
+        self.register_buffer("l1", check_per_instance("l1", l1, len(self.seeds), dtype).to(device))
         if noise is None and torch.any(torch.as_tensor(sigma) != 0):
             raise ValueError(f"sigma={sigma!r} needs a noise law: pass noise=")
-        self.noise = None if noise is None else HiddenNoise(self.seeds, hidden, noise, sigma, dtype)
+        self.noise = None if noise is None else HiddenNoise(self.seeds, hidden, noise, sigma, dtype,
+                                                            device=device)
         std = _check_init_std(init_std if init_std is not None else hidden**-0.5)
-        (W,) = _normal(self.seeds, [(features, hidden)], std, dtype)
+        (W,) = _normal(self.seeds, [(features, hidden)], std, dtype, device)
         self.W = nn.Parameter(W)
 
     @torch.no_grad()
@@ -242,7 +252,7 @@ def tied_basis_reference_loss(W, l1, xi=None):
     the basis vectors as a batch, hidden = x W + ξ, y = ReLU(hidden Wᵀ), summed squared error plus
     λ |W|_1. For checking the closed form and benchmarking against it: (instances,).
     xi: the step's noise (instances, hidden), or None."""
-    x = basis_vectors(W.shape[0], W.shape[1], dtype=W.dtype)
+    x = basis_vectors(W.shape[0], W.shape[1], device=W.device, dtype=W.dtype)
     hidden = torch.einsum("ibf,ifh->ibh", x, W)
     if xi is not None:
         hidden = hidden + xi.unsqueeze(-2)
@@ -277,24 +287,24 @@ class UntiedAutoencoder(nn.Module):
     (the authors' F.mse_loss); the text's eq. 2 sums over features, which is ``features`` times it.
     """
 
-    def __init__(self, features, hidden, seeds, output="relu", dtype=torch.float32):
+    def __init__(self, features, hidden, seeds, output="relu", dtype=torch.float32, device=None):
         super().__init__()
         self.seeds = check_seeds(seeds)
         self.features = check_size("features", features)
         self.hidden_sizes = check_hidden_sizes(hidden, len(self.seeds), features)
         if output not in OUTPUTS:
             raise ValueError(f"output must be one of {', '.join(OUTPUTS)}; got {output!r}")
-        self.output = output
+        self.output, device = output, _device(device)
         instances, widest = len(self.seeds), max(self.hidden_sizes)
-        W_in = torch.zeros(instances, widest, features, dtype=dtype)
-        W_out = torch.zeros(instances, features, widest, dtype=dtype)
-        b = torch.zeros(instances, features, dtype=dtype)
+        W_in = torch.zeros(instances, widest, features, dtype=dtype, device=device)
+        W_out = torch.zeros(instances, features, widest, dtype=dtype, device=device)
+        b = torch.zeros(instances, features, dtype=dtype, device=device)
 
         def uniform(shape, bound, g):
-            return (torch.rand(shape, generator=g, dtype=dtype) * 2 - 1) * bound
+            return (torch.rand(shape, generator=g, dtype=dtype, device=device) * 2 - 1) * bound
 
         for i, (seed, size) in enumerate(zip(self.seeds, self.hidden_sizes)):
-            g = generator(seed, "init")
+            g = generator(seed, "init", device)
             W_in[i, :size] = uniform((size, features), features**-0.5, g)
             W_out[i, :, :size] = uniform((features, size), size**-0.5, g)
             b[i] = uniform((features,), size**-0.5, g)

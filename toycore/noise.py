@@ -5,6 +5,7 @@ pushes encodings towards sparsity, zero (Gaussian) keeps the hidden space rotati
 """
 import torch
 
+from . import devices
 from .data import check_per_instance, check_size
 from .seeding import check_seeds, generator
 
@@ -22,11 +23,12 @@ def check_noise(kind):
 
 
 def standard_noise(kind, shape, generator=None, dtype=torch.float32):
-    """Draws of one law with mean 0 and variance 1."""
+    """Draws of one law with mean 0 and variance 1, on the generator's device."""
     check_noise(kind)
+    device = generator.device if generator is not None else None
     if kind == "gaussian":
-        return torch.randn(shape, generator=generator, dtype=dtype)
-    r = torch.rand(shape, generator=generator, dtype=dtype)  # in [0, 1)
+        return torch.randn(shape, generator=generator, dtype=dtype, device=device)
+    r = torch.rand(shape, generator=generator, dtype=dtype, device=device)  # in [0, 1)
     if kind == "uniform":
         return (2 * r - 1) * 3**0.5
     sign = torch.where(r < 0.5, -1.0, 1.0).to(dtype)
@@ -34,7 +36,7 @@ def standard_noise(kind, shape, generator=None, dtype=torch.float32):
         return sign
     # Laplace: a random sign times Exp(1) = -log(1 - u), u in [0, 1) so never infinite;
     # Exp(1) has second moment 2
-    u = torch.rand(shape, generator=generator, dtype=dtype)
+    u = torch.rand(shape, generator=generator, dtype=dtype, device=device)
     return sign * -torch.log1p(-u) / 2**0.5
 
 
@@ -43,19 +45,21 @@ class HiddenNoise:
 
     Each instance has its own stream (its seed, purpose "noise") and may have its own law and σ,
     so noise laws, σs and seeds train side by side. Draws come in chunks of ``chunk`` steps
-    per instance: one generator call per instance per chunk, not per step.
+    per instance: one generator call per instance per chunk, not per step. The generators and
+    the draws live on ``device`` (default ``toycore.devices.current()``).
     """
 
-    def __init__(self, seeds, hidden, kind, sigma, dtype=torch.float32, chunk=1024):
+    def __init__(self, seeds, hidden, kind, sigma, dtype=torch.float32, chunk=1024, device=None):
         self.seeds = check_seeds(seeds)
         self.hidden = check_size("hidden", hidden)
         kinds = [kind] * len(self.seeds) if isinstance(kind, str) else list(kind)
         if len(kinds) != len(self.seeds):
             raise ValueError(f"noise has {len(kinds)} laws for {len(self.seeds)} instances")
         self.kinds = [check_noise(k) for k in kinds]
-        self.sigma = check_per_instance("sigma", sigma, len(self.seeds), dtype)
+        device = devices.current() if device is None else torch.device(device)
+        self.sigma = check_per_instance("sigma", sigma, len(self.seeds), dtype).to(device)
         self.dtype, self.chunk = dtype, check_size("chunk", chunk)
-        self.generators = [generator(seed, "noise") for seed in self.seeds]
+        self.generators = [generator(seed, "noise", device) for seed in self.seeds]
         self._drawn, self._next = None, 0
 
     def next(self):

@@ -121,15 +121,17 @@ def train_until_converged(model, data, *, lr, batch, window=200, check_every=30,
     """
     names = [name for name, _ in model.named_parameters()]
     storage = {name: param.detach() for name, param in model.named_parameters()}
+    device = storage[names[0]].device
     instances = len(model.seeds)
     lr = torch.as_tensor(lr, dtype=storage[names[0]].dtype).expand(instances).clone()
     if not torch.all(lr > 0):
         raise ValueError(f"lr must be > 0; got {lr.tolist()}")
+    lr = lr.to(device)
+    check_size("check_every", check_every)
     if steps is not None:
         check_size("steps", steps)
     else:
         check_size("window", window)
-        check_size("check_every", check_every)
         check_size("max_steps", max_steps, minimum=2 * window)
     cap = steps if steps is not None else max_steps
     first_moment = {name: torch.zeros_like(t) for name, t in storage.items()}
@@ -140,12 +142,12 @@ def train_until_converged(model, data, *, lr, batch, window=200, check_every=30,
     taken = 0
     bar = progress_bar(cap, desc)
     while running:
-        index = torch.tensor(running)
+        index = torch.tensor(running, device=device)
         live = {name: storage[name][index].requires_grad_() for name in names}
         m1 = {name: first_moment[name][index] for name in names}
         m2 = {name: second_moment[name][index] for name in names}
         running_lr = lr[index]
-        finished = []
+        finished, pending = [], []  # pending: this stretch's losses, (running,) each, on the device
         while not finished:
             x = data.sample(batch, running)
             loss = (x - torch.func.functional_call(model, live, (x,))).square().mean((-2, -1))
@@ -159,14 +161,19 @@ def train_until_converged(model, data, *, lr, batch, window=200, check_every=30,
                     denominator = (m2[name] / correction2).sqrt_().add_(eps)
                     scale = running_lr.view(-1, *[1] * (grad.dim() - 1)) / correction1
                     live[name].sub_(scale * m1[name] / denominator)
-            for k, value in zip(running, loss.tolist()):
-                history[k].append(value)
+            pending.append(loss.detach())
             bar.update(1)
-            if taken == cap:
-                finished = list(running)
-            elif steps is None and taken % check_every == 0:
-                finished = [k for k in running if stopped(history[k], window)]
-                converged[finished] = True
+            if taken == cap or taken % check_every == 0:
+                # the losses reach the host once per check, not every step: on a GPU a per-step
+                # transfer would make the host wait for each step before queueing the next
+                for k, values in zip(running, torch.stack(pending, 1).tolist()):
+                    history[k].extend(values)
+                pending = []
+                if taken == cap:
+                    finished = list(running)
+                elif steps is None:
+                    finished = [k for k in running if stopped(history[k], window)]
+                    converged[finished] = True
         with torch.no_grad():
             for name in names:
                 storage[name][index] = live[name].detach()

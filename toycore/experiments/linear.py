@@ -1,6 +1,8 @@
 """Chapter 1 experiments: linear autoencoders on sparse data, checked against the theory.
 
 Everything runs in float64: the claims here are identities that should hold to many digits.
+Everything also runs on the CPU, whatever the book's device: the sizes are tiny (D <= 16), and
+scipy integrates the gradient flows on the host, so a GPU would only add transfers.
 Functions that train are ``@cached``; the others take well under a second.
 """
 from types import SimpleNamespace
@@ -16,11 +18,12 @@ from ..theory import linear as th
 from ..train import train
 
 DTYPE = torch.float64
+DEVICE = torch.device("cpu")
 
 
 def dataset(features, sparsity, samples, seeds):
     """A fixed sparse data set per instance: (instances, samples, features), float64."""
-    return SparseUniform(seeds, features, sparsity, dtype=DTYPE).sample(samples)
+    return SparseUniform(seeds, features, sparsity, device=DEVICE, dtype=DTYPE).sample(samples)
 
 
 def spectral_data(features, sparsity, samples, seed):
@@ -84,7 +87,8 @@ def train_to_minimum(features, hidden, sparsity, samples, seeds, steps, lr, init
     projection onto the top-``hidden`` eigenvectors, each per seed.
     """
     x = dataset(features, sparsity, samples, seeds)
-    model = LinearAutoencoder(features, hidden, seeds, init_std=init_std, dtype=DTYPE)
+    model = LinearAutoencoder(features, hidden, seeds, init_std=init_std, dtype=DTYPE,
+                              device=DEVICE)
     history = train(model, x, steps=steps, lr=lr, desc="gradient descent to the minimum")
     eigenvalues, eigenvectors = th.eigh_descending(th.second_moment(x))
     predicted = torch.stack([th.critical_loss(lam, range(hidden)) for lam in eigenvalues])
@@ -162,12 +166,14 @@ def untied_flow_vs_descent(features, hidden, sparsity, samples, seed, duration, 
     """
     data = spectral_data(features, sparsity, samples, seed)
     x, sigma = data.x, data.sigma
-    model0 = LinearAutoencoder(features, hidden, [seed], init_std=init_std, dtype=DTYPE)
+    model0 = LinearAutoencoder(features, hidden, [seed], init_std=init_std, dtype=DTYPE,
+                               device=DEVICE)
     A0, B0 = model0.A.detach()[0], model0.B.detach()[0]
     runs = {}
     for lr in lrs:
         steps = int(round(duration / (2 * lr)))
-        model = LinearAutoencoder(features, hidden, [seed], init_std=init_std, dtype=DTYPE)
+        model = LinearAutoencoder(features, hidden, [seed], init_std=init_std, dtype=DTYPE,
+                                  device=DEVICE)
         record_at = np.linspace(0, steps, 101).round().astype(int)
         history = train(model, x, steps=steps, lr=lr, record_at=record_at,
                         metrics={"A": lambda m: m.A, "B": lambda m: m.B}, desc=f"descent, lr={lr}")
@@ -192,7 +198,8 @@ def tied_flows(features, hidden, sparsity, samples, seed, duration, init_std):
     """
     data = spectral_data(features, sparsity, samples, seed)
     sigma, eigenvalues, eigenvectors = data.sigma, data.eigenvalues, data.eigenvectors
-    W0 = TiedLinear(features, hidden, [seed], init_std=init_std, dtype=DTYPE).W.detach()[0]
+    W0 = TiedLinear(features, hidden, [seed], init_std=init_std, dtype=DTYPE,
+                    device=DEVICE).W.detach()[0]
     times = np.concatenate([[0], np.geomspace(1e-2, duration, 200)])
     (W_22,) = th.integrate(lambda W: th.tied_flow(W, sigma), (W0,), times)
     (W_23,) = th.integrate(lambda W: th.rotated_tied_flow(W, eigenvalues), (W0 @ eigenvectors,),
@@ -218,7 +225,8 @@ def tied_flows(features, hidden, sparsity, samples, seed, duration, init_std):
 def energy_check(features, hidden, seed, duration, init_std):
     """Under Σ = I: compare the flow (22) with -∇E for E as we read (28) and as printed, and
     follow E along the flow. Returns the relative gradient mismatches and E(t)."""
-    W0 = TiedLinear(features, hidden, [seed], init_std=init_std, dtype=DTYPE).W.detach()[0]
+    W0 = TiedLinear(features, hidden, [seed], init_std=init_std, dtype=DTYPE,
+                    device=DEVICE).W.detach()[0]
     identity = torch.eye(features, dtype=DTYPE)
     flow = th.tied_flow(W0, identity)
 
@@ -253,7 +261,8 @@ def train_from_saddle(features, hidden, sparsity, samples, seed, index_set, j, k
     h_min = float(th.hessian_eigenvalues(*th.critical_point(eigenvectors, index_set), sigma)[0])
     steps_per_efold = 1 / np.log(1 - lr * h_min)
     steps = int(np.ceil(steps_per_efold * (np.log(1 / min(eps_values)) + efolds_after)))
-    model = LinearAutoencoder(features, hidden, [seed] * len(eps_values), dtype=DTYPE)
+    model = LinearAutoencoder(features, hidden, [seed] * len(eps_values), dtype=DTYPE,
+                              device=DEVICE)
     with torch.no_grad():
         for i, eps in enumerate(eps_values):
             model.A[i], model.B[i] = th.saddle_escape(eigenvectors, index_set, j, k, eps)
@@ -279,11 +288,12 @@ def loss_curves_run(features, hidden, sparsities, samples, steps, lr, seed, init
     data is divided by sqrt(λ_1): on x/sqrt(c), a step lr is exactly a step lr/c on x. Loss and
     critical values are reported as fractions of tr Σ, which that scaling leaves unchanged.
     """
-    x = SparseUniform([seed] * len(sparsities), features, sparsities, dtype=DTYPE).sample(samples)
+    x = SparseUniform([seed] * len(sparsities), features, sparsities, device=DEVICE,
+                      dtype=DTYPE).sample(samples)
     eigenvalues, _ = th.eigh_descending(th.second_moment(x))
     x = x / eigenvalues[:, :1, None].sqrt()
     model = LinearAutoencoder(features, hidden, [seed] * len(sparsities), init_std=init_std,
-                              dtype=DTYPE)
+                              dtype=DTYPE, device=DEVICE)
     history = train(model, x, steps=steps, lr=lr, desc=f"d={hidden}")
     trace = eigenvalues.sum(-1)
     critical = torch.stack([th.critical_loss(eigenvalues, I)

@@ -1,8 +1,9 @@
 """Chapter 2 experiments: the ReLU output model against its sparsity-pattern expansion.
 
-A *sweep* trains one instance per (sparsity, seed) in a single batched run and keeps the final
-weights in float64 for the analyses, which are exact formulas or Monte Carlo estimates with
-standard errors. Only ``train_sweep`` and ``packing_comparison`` take long; they are ``@cached``.
+A *sweep* trains one instance per (sparsity, seed) in a single batched run on the book's device
+and brings the final weights to the host in float64 for the analyses, which are exact formulas
+or Monte Carlo estimates with standard errors (small, on the host). Only ``train_sweep`` and
+``packing_comparison`` take long; they are ``@cached``.
 """
 from types import SimpleNamespace
 
@@ -10,7 +11,7 @@ import numpy as np
 import torch
 
 from ..cache import cached
-from ..data import SparseUniform, check_size
+from ..data import SparseUniform, check_size, prefetch_for
 from ..models import ToyModel, toy_sample_loss
 from ..seeding import generator
 from ..theory import relu as th
@@ -41,15 +42,16 @@ def train_sweep(features, hidden, sparsities, seeds, *, decay, steps, lr, batch=
     instance_sparsity = np.repeat(sparsities, len(seeds)).tolist()
     instance_seeds = seeds * len(sparsities)
     model = ToyModel(features, hidden, instance_seeds, importance=importance.float(), output=output)
-    data = SparseUniform(instance_seeds, features, instance_sparsity)
+    data = SparseUniform(instance_seeds, features, instance_sparsity,
+                         prefetch=prefetch_for(len(instance_seeds), batch, features))
     train(model, lambda step: data.sample(batch), steps=steps, lr=lr, optimizer="adamw",
           record_at=[steps], desc=f"{output} n={features} m={hidden}, {len(instance_seeds)} models")
     grid = (len(sparsities), len(seeds))
     return SimpleNamespace(
         features=features, hidden=hidden, output=output, decay=decay,
         sparsities=np.array(sparsities), seeds=np.array(seeds),
-        W=model.W.detach().to(DTYPE).reshape(*grid, hidden, features),
-        b=model.b.detach().to(DTYPE).reshape(*grid, features),
+        W=model.W.detach().to(DTYPE).cpu().reshape(*grid, hidden, features),
+        b=model.b.detach().to(DTYPE).cpu().reshape(*grid, features),
         importance=importance.expand(*grid, features).clone())
 
 
@@ -79,7 +81,7 @@ def _evaluation_losses(sweep, samples, seed):
     """Per-sample losses of every model on fresh data: (instances, samples). All models with the
     same sparsity see the same inputs, so their losses compare without sampling noise."""
     W, b, importance, S = _flat(sweep)
-    x = SparseUniform([seed] * len(S), sweep.features, S.tolist(), dtype=DTYPE,
+    x = SparseUniform([seed] * len(S), sweep.features, S.tolist(), device="cpu", dtype=DTYPE,
                       purpose="evaluation").sample(samples)
     return toy_sample_loss(W, b, importance, x, sweep.output)
 

@@ -80,7 +80,8 @@ def test_cache_reuses_results_and_is_keyed_by_code(tmp_path, monkeypatch):
     calls.clear()
     assert _square(3) == 9 and _square(3) == 9 and _square(4) == 16
     assert calls == [3, 4]
-    assert [p.name for p in tmp_path.iterdir()] == [cache.code_hash(__name__)]
+    assert [p.name for p in tmp_path.iterdir()] == [cache.cache_key(__name__)]
+    assert cache.cache_key(__name__).startswith(cache.code_hash(__name__))
     monkeypatch.setattr(cache, "code_hash", lambda module=None: "changed-code")
     assert _square(3) == 9
     assert calls == [3, 4, 3]
@@ -96,12 +97,12 @@ def test_cache_key_covers_a_chapters_own_modules_and_not_other_chapters():
                 cache.code_hash("toycore.experiments.linear"), cache.code_hash()}) == 4
 
 
-def test_every_toycore_module_is_classed_as_computing_or_presentation():
-    # A module not listed as presentation is hashed into every chapter's cache key: a build-only
-    # module left off that list would make every change to it retrain the whole book.
+def test_every_toycore_module_is_classed_as_computing_or_outside_the_key():
+    # A module not listed as outside the key is hashed into every chapter's cache key: a
+    # build-only module left off that list would make every change to it retrain the whole book.
     modules = {path.name for path in cache.PACKAGE.iterdir()
                if path.suffix == ".py" or (path / "__init__.py").exists()}
     computing = {"__init__.py", "cache.py", "data.py", "models.py", "noise.py", "paths.py",
                  "profiles.py", "seeding.py", "train.py", "theory", "experiments"}
-    assert modules - cache.PRESENTATION == computing
-    assert cache.PRESENTATION <= modules
+    assert modules - cache.OUTSIDE_KEY == computing
+    assert cache.OUTSIDE_KEY <= modules

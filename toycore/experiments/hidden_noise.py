@@ -2,8 +2,9 @@
 
 The tied model with hidden noise, ``TiedBasisAutoencoder(noise=..., sigma=...)``, trains every
 combination of noise law, σ and seed as instances of one batched run, with plain SGD as in the
-authors' code. Appendix C's one-step expansion is checked by Monte Carlo on a single encoding.
-Runs that take long are ``@cached``.
+authors' code. Figure 5's two sides are shards (``toycore.shards``). Appendix C's one-step
+expansion is checked by Monte Carlo on a single encoding, on the host (its least-squares
+control variates use a solver only the CPU has). Runs that take long are ``@cached``.
 """
 import itertools
 from types import SimpleNamespace
@@ -11,8 +12,10 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
+from .. import shards
 from ..cache import cached
 from ..data import check_size
+from ..devices import to_host
 from ..models import TiedBasisAutoencoder, tied_basis_reference_loss
 from ..noise import STANDARD_MOMENTS, check_noise, standard_noise
 from ..seeding import check_seeds, generator
@@ -29,7 +32,7 @@ def _run(model, *, steps, lr, records, desc):
     history = train(model, None, steps=steps, lr=lr, optimizer="sgd",
                     record_at=record_steps(steps, records), metrics=METRICS, desc=desc)
     return (history.steps, history.metrics["fourth"].astype(float),
-            history.metrics["squared"].astype(float), model.W.detach().to(DTYPE).numpy())
+            history.metrics["squared"].astype(float), to_host(model.W.to(DTYPE)))
 
 
 @cached
@@ -51,29 +54,43 @@ def noise_runs(features, hidden, kinds, sigmas, seeds, *, steps, lr, records=120
         squared=squared.reshape(len(steps_at), *shape, features), W=W.reshape(*shape, features, hidden))
 
 
+SIDES = ("l1", "noise")
+
+
 @cached
+def strength_side(features, hidden, values, seeds, *, side, steps, lr, records=120):
+    """One shard of Figure 5: l1 without noise at each λ in ``values`` (side "l1"), or bipolar
+    noise without l1 at each σ (side "noise"), every (value, seed) an instance of one run.
+
+    Returns the recorded steps, fourth and squared (records, values, seeds, features) and the
+    final W (values, seeds, n, m)."""
+    if side not in SIDES:
+        raise ValueError(f"side must be one of {', '.join(SIDES)}; got {side!r}")
+    per_instance = [value for value in values for _ in seeds]
+    options = dict(l1=per_instance) if side == "l1" else dict(noise="bipolar", sigma=per_instance)
+    model = TiedBasisAutoencoder(features, hidden, list(seeds) * len(values), **options)
+    steps_at, fourth, squared, W = _run(model, steps=steps, lr=lr, records=records,
+                                        desc=f"{len(per_instance)} models over {side}")
+    shape = (len(values), len(seeds))
+    return SimpleNamespace(values=np.array(values), steps=steps_at,
+                           fourth=fourth.reshape(-1, *shape, features),
+                           squared=squared.reshape(-1, *shape, features),
+                           W=W.reshape(*shape, features, hidden))
+
+
 def strength_sweep(features, hidden, l1s, sigmas, seeds, *, steps, lr, records=120):
-    """Figure 5: l1 without noise at each λ, and bipolar noise without l1 at each σ, same steps.
+    """Figure 5: l1 without noise at each λ, and bipolar noise without l1 at each σ, same steps;
+    each side one shard (``strength_side``), run through ``toycore.shards``.
 
     Returns one namespace per side ("l1", "noise") with fourth and squared (records, values,
     seeds, features) and the final W (values, seeds, n, m)."""
-    seeds = check_seeds(seeds)
-    l1 = [lam for lam in l1s for _ in seeds] + [0.0] * (len(sigmas) * len(seeds))
-    sigma = [0.0] * (len(l1s) * len(seeds)) + [g for g in sigmas for _ in seeds]
-    # one run for both sides: the l1 instances get bipolar noise scaled by σ = 0
-    model = TiedBasisAutoencoder(features, hidden, seeds * (len(l1s) + len(sigmas)), l1=l1,
-                                 noise="bipolar", sigma=sigma)
-    steps_at, fourth, squared, W = _run(model, steps=steps, lr=lr, records=records,
-                                        desc=f"{len(l1)} models over λ and σ")
-    split = len(l1s) * len(seeds)
-
-    def side(values, part):
-        shape = (len(values), len(seeds))
-        return SimpleNamespace(values=np.array(values), fourth=fourth[:, part].reshape(-1, *shape, features),
-                               squared=squared[:, part].reshape(-1, *shape, features),
-                               W=W[part].reshape(*shape, features, hidden))
-    return SimpleNamespace(steps=steps_at, seeds=np.array(seeds), hidden=hidden, lr=lr,
-                           l1=side(l1s, slice(None, split)), noise=side(sigmas, slice(split, None)))
+    seeds = list(check_seeds(seeds))
+    options = dict(steps=steps, lr=lr, records=records)
+    l1, noise = shards.run(strength_side, [
+        ((features, hidden, list(l1s), seeds), dict(side="l1", **options)),
+        ((features, hidden, list(sigmas), seeds), dict(side="noise", **options))], "Figure 5")
+    return SimpleNamespace(steps=l1.steps, seeds=np.array(seeds), hidden=hidden, lr=lr, l1=l1,
+                           noise=noise)
 
 
 @cached

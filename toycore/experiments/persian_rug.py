@@ -4,15 +4,18 @@ A whole (p, nd/ns) grid at one ns trains as one batched run: every (p, ratio, se
 instance of ``UntiedAutoencoder``, smaller hidden sizes zero-padded to the largest, each with its
 own data stream and its own stopping rule (``train_until_converged``). Adam with the authors'
 settings: lr 3e-3/√ns, eps 1e-7, batch 1024. Losses are measured afterwards on fresh data.
-Runs that take long are ``@cached``.
+Each hidden size's batch is a shard (``train_group``), cached on its own and run through
+``toycore.shards``: in this process, or spread over a Dask cluster.
 """
 from types import SimpleNamespace
 
 import numpy as np
 import torch
 
+from .. import devices, shards
 from ..cache import cached
-from ..data import SparseUniform, check_size
+from ..data import SparseUniform, check_size, prefetch_for
+from ..devices import to_host
 from ..models import UntiedAutoencoder
 from ..seeding import check_seeds
 from ..theory import persian_rug as th
@@ -41,9 +44,9 @@ def instance_seed(cell, seed):
 def evaluation_loss(model, densities, samples=EVAL_SAMPLES):
     """Each instance's loss on fresh data (its own 'evaluation' stream): (instances,)."""
     data = SparseUniform(model.seeds, model.features, [1 - p for p in densities],
-                         purpose="evaluation")
+                         device=model.b.device, purpose="evaluation")
     chunks = [model.loss(data.sample(BATCH)) for _ in range(samples // BATCH)]
-    return torch.stack(chunks).mean(0).numpy().astype(float)
+    return to_host(torch.stack(chunks).mean(0)).astype(float)
 
 
 def _padded(curves):
@@ -54,83 +57,117 @@ def _padded(curves):
     return out
 
 
-def train_models(features, densities, hiddens, seeds, *, output="relu", max_steps=45_000,
-                 steps=None, desc="training"):
-    """Train one model per (p, nd, seed) triple, one batched run per hidden size: padding every
-    model to the widest would make a grid over nd/ns = 0.05..0.8 do twice the work.
-
-    Returns, in the order given: W = W_out W_in (I, ns, ns), b (I, ns), the loss on fresh data
-    (I,), steps and converged (I,), and the training-loss curves (I, longest run, NaN-padded)."""
-    seeds = check_seeds(seeds)
-    densities, hiddens = list(densities), list(hiddens)
-    out = SimpleNamespace(W=np.zeros((len(seeds), features, features), np.float32),
-                          b=np.zeros((len(seeds), features), np.float32),
-                          loss=np.zeros(len(seeds)), steps=np.zeros(len(seeds), int),
-                          converged=np.zeros(len(seeds), bool), curves=[None] * len(seeds))
-    for hidden in sorted(set(hiddens)):
-        group = [k for k, h in enumerate(hiddens) if h == hidden]
-        model = UntiedAutoencoder(features, hidden, [seeds[k] for k in group], output=output)
-        group_densities = [densities[k] for k in group]
-        data = SparseUniform(model.seeds, features, [1 - p for p in group_densities])
-        run = train_until_converged(model, data, lr=learning_rate(features), batch=BATCH,
-                                    max_steps=max_steps, steps=steps,
-                                    desc=desc and f"{desc}, nd={hidden}")
-        out.W[group] = model.product().detach().numpy()
-        out.b[group] = model.b.detach().numpy()
-        out.loss[group] = evaluation_loss(model, group_densities)
-        out.steps[group], out.converged[group] = run.steps, run.converged
-        for k, curve in zip(group, run.loss):
-            out.curves[k] = curve
-    out.curves = _padded(out.curves)
-    return out
-
-
 @cached
-def grid_runs(features, densities, ratios, seeds, *, max_steps=45_000, steps=None):
-    """Figures 2 and 4-7: every (p, ratio, seed) at one ns, to the stopping rule, or for exactly
-    ``steps`` steps.
+def train_group(features, densities, hidden, seeds, *, output="relu", max_steps=45_000,
+                steps=None):
+    """One shard: a model per (p, seed) pair, all with ``hidden`` dense dimensions, trained as
+    one batch to each one's stopping rule (or for exactly ``steps`` steps).
+
+    Returns W = W_out W_in (I, ns, ns), b (I, ns), the loss on fresh data (I,), steps and
+    converged (I,), and the training-loss curves (a list of I arrays), all on the host."""
+    model = UntiedAutoencoder(features, hidden, seeds, output=output)
+    data = SparseUniform(model.seeds, features, [1 - p for p in densities],
+                         prefetch=prefetch_for(len(seeds), BATCH, features))
+    run = train_until_converged(model, data, lr=learning_rate(features), batch=BATCH,
+                                max_steps=max_steps, steps=steps,
+                                desc=f"{len(seeds)} models at ns={features}, nd={hidden}")
+    return SimpleNamespace(W=to_host(model.product()), b=to_host(model.b),
+                           loss=evaluation_loss(model, densities), steps=run.steps,
+                           converged=run.converged, curves=run.loss)
+
+
+def train_models(jobs, *, output="relu", max_steps=45_000, steps=None, desc="training"):
+    """Train one model per (p, nd, seed) triple of every job, one shard per (ns, hidden size)
+    (``train_group``; padding every model to the widest would make a grid over nd/ns =
+    0.05..0.8 do twice the work), all shards dispatched together so that a cluster runs them
+    side by side. ``jobs``: a list of (ns, densities, hiddens, seeds), one entry per model.
+
+    Returns per job, in the order given: W = W_out W_in (I, ns, ns), b (I, ns), the loss on
+    fresh data (I,), steps and converged (I,), and the training-loss curves (I, longest run,
+    NaN-padded)."""
+    plans, calls = [], []
+    for features, densities, hiddens, seeds in jobs:
+        check_size("features", features)
+        seeds, densities, hiddens = list(check_seeds(seeds)), list(densities), list(hiddens)
+        for p in densities:
+            th.check_density(p)
+        groups = [[k for k, h in enumerate(hiddens) if h == hidden] for hidden in sorted(set(hiddens))]
+        plans.append((features, len(seeds), groups))
+        calls += [((features, [densities[k] for k in group], hiddens[group[0]],
+                    [seeds[k] for k in group]), dict(output=output, max_steps=max_steps, steps=steps))
+                  for group in groups]
+    runs = iter(shards.run(train_group, calls, desc))
+    results = []
+    for features, count, groups in plans:
+        out = SimpleNamespace(W=np.zeros((count, features, features), np.float32),
+                              b=np.zeros((count, features), np.float32), loss=np.zeros(count),
+                              steps=np.zeros(count, int), converged=np.zeros(count, bool),
+                              curves=[None] * count)
+        for group in groups:
+            run = next(runs)
+            out.W[group], out.b[group], out.loss[group] = run.W, run.b, run.loss
+            out.steps[group], out.converged[group] = run.steps, run.converged
+            for k, curve in zip(group, run.curves):
+                out.curves[k] = curve
+        out.curves = _padded(out.curves)
+        results.append(out)
+    return results
+
+
+def grid_runs(sizes, densities, ratios, seeds, *, max_steps=45_000, steps=None):
+    """Figures 2 and 4-7: every (p, ratio, seed) at each ns, to the stopping rule, or for
+    exactly ``steps`` steps. One grid per ns:
 
     loss, steps, converged: (P, R, S); W: (P, R, S, ns, ns); b: (P, R, S, ns);
     curves: (P, R, S, longest run) training loss per step, NaN after a run stopped."""
-    check_size("features", features)
     seeds = check_seeds(seeds)
     cells = [(p, r) for p in densities for r in ratios]
     instances = [(p, r, instance_seed(k, s)) for k, (p, r) in enumerate(cells) for s in seeds]
-    run = train_models(features, [p for p, _, _ in instances],
-                       [hidden_size(features, r) for _, r, _ in instances],
-                       [s for *_, s in instances], max_steps=max_steps, steps=steps,
-                       desc=f"{len(instances)} models at ns={features}")
+    jobs = [(features, [p for p, _, _ in instances],
+             [hidden_size(features, r) for _, r, _ in instances], [s for *_, s in instances])
+            for features in sizes]
+    runs = train_models(jobs, max_steps=max_steps, steps=steps,
+                        desc=f"{len(instances)} models at each ns in {list(sizes)}")
     shape = (len(densities), len(ratios), len(seeds))
-    return SimpleNamespace(
+    return [SimpleNamespace(
         features=features, densities=np.array(densities), ratios=np.array(ratios),
         hidden=np.array([hidden_size(features, r) for r in ratios]), seeds=np.array(seeds),
         loss=run.loss.reshape(shape), steps=run.steps.reshape(shape),
         converged=run.converged.reshape(shape), W=run.W.reshape(*shape, features, features),
         b=run.b.reshape(*shape, features), curves=run.curves.reshape(*shape, -1))
+        for features, run in zip(sizes, runs)]
 
 
-@cached
 def size_sweep(sizes, density, ratio, seeds, *, max_steps=45_000):
-    """Figure 3 and beyond the text: the same (p, ratio) at growing ns, a batched run per ns.
-    Per ns, what ``train_models`` returns, with ``hidden`` added."""
-    runs = {}
+    """Figure 3 and beyond the text: the same (p, ratio) at growing ns, one shard per ns and
+    seed (a large ns costs the most and gains nothing from batching its few seeds, so its
+    seeds may run side by side). Per ns, what ``train_models`` returns, with ``hidden`` added."""
+    seeds = check_seeds(seeds)
+    jobs = [(features, [density], [hidden_size(features, ratio)], [seed])
+            for features in sizes for seed in seeds]
+    runs = iter(train_models(jobs, max_steps=max_steps,
+                             desc=f"{len(seeds)} models at each ns in {list(sizes)}"))
+    sweep = {}
     for features in sizes:
-        hidden = hidden_size(features, ratio)
-        runs[features] = train_models(features, [density] * len(seeds), [hidden] * len(seeds),
-                                      seeds, max_steps=max_steps,
-                                      desc=f"{len(seeds)} models at ns={features}")
-        runs[features].hidden = hidden
-    return runs
+        parts = [next(runs) for _ in seeds]
+        longest = max(part.curves.shape[1] for part in parts)
+        sweep[features] = SimpleNamespace(
+            **{name: np.concatenate([getattr(part, name) for part in parts])
+               for name in ("W", "b", "loss", "steps", "converged")},
+            curves=np.concatenate([np.pad(part.curves, ((0, 0), (0, longest - part.curves.shape[1])),
+                                          constant_values=np.nan) for part in parts]),
+            hidden=hidden_size(features, ratio))
+    return sweep
 
 
-@cached
 def linear_runs(features, density, ratios, seeds, *, max_steps=45_000):
     """Trained linear models (no ReLU) with a bias, to check the exact linear optimum: (R, S)."""
     instances = [(r, s) for r in ratios for s in seeds]
-    run = train_models(features, [density] * len(instances),
-                       [hidden_size(features, r) for r, _ in instances],
-                       [s for _, s in instances], output="linear", max_steps=max_steps,
-                       desc=f"{len(instances)} linear models")
+    (run,) = train_models([(features, [density] * len(instances),
+                            [hidden_size(features, r) for r, _ in instances],
+                            [s for _, s in instances])],
+                          output="linear", max_steps=max_steps,
+                          desc=f"{len(instances)} linear models")
     return run.loss.reshape(len(ratios), len(seeds))
 
 
@@ -145,9 +182,11 @@ def rug_model_loss(features, density, ratio, seed=0, samples=EVAL_SAMPLES):
     W_in, W_out, _ = th.persian_rug(features, hidden, seed)
     R = W_out @ W_in
     mean_interference = density / 2 * (R.sum(1) - 1)
-    W_in, W_out = torch.as_tensor(W_in), torch.as_tensor(a * W_out)
-    bias = torch.as_tensor(b - a * mean_interference)
-    data = SparseUniform([seed], features, 1 - density, dtype=torch.float64, purpose="evaluation")
+    device = devices.current()
+    W_in, W_out = (torch.as_tensor(w, device=device) for w in (W_in, a * W_out))
+    bias = torch.as_tensor(b - a * mean_interference, device=device)
+    data = SparseUniform([seed], features, 1 - density, device=device, dtype=torch.float64,
+                         purpose="evaluation")
     total = 0.0
     for _ in range(samples // BATCH):
         x = data.sample(BATCH)[0]
@@ -162,7 +201,7 @@ def interference_samples(W, density, row=0, samples=20_000, seed=0):
     W = np.asarray(W, dtype=float)
     weights = W[row] / W[row, row]
     weights[row] = 0.0
-    data = SparseUniform([seed], W.shape[-1], 1 - density, dtype=torch.float64,
+    data = SparseUniform([seed], W.shape[-1], 1 - density, device="cpu", dtype=torch.float64,
                          purpose="interference")
     x = data.sample(samples)[0].numpy()
     mean = density / 2 * weights.sum()

@@ -11,8 +11,10 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
+from .. import shards
 from ..cache import cached
 from ..data import check_size
+from ..devices import to_host
 from ..models import TiedBasisAutoencoder
 from ..seeding import check_seeds, generator
 from ..theory import polysemantic as th
@@ -142,14 +144,14 @@ def affine_check(hidden, l1, dt, steps, seed=0):
 
 def initial_weights(features, hidden, seeds):
     """The N(0, 1/m) start each seed gives ``TiedBasisAutoencoder``: (seeds, features, hidden)."""
-    return TiedBasisAutoencoder(features, hidden, seeds, l1=0.0).W.detach().to(DTYPE)
+    return TiedBasisAutoencoder(features, hidden, seeds, l1=0.0).W.detach().to(DTYPE).cpu()
 
 
 def _overlap_tracker(model):
     """A metric: the mean of W_i·W_j over the pairs i ≠ j with W_i·W_j > 0 at the start."""
     with torch.no_grad():
         G = model.W @ model.W.transpose(-1, -2)
-    positive = (G > 0) & ~torch.eye(G.shape[-1], dtype=torch.bool)
+    positive = (G > 0) & ~torch.eye(G.shape[-1], dtype=torch.bool, device=G.device)
     count = positive.sum((-2, -1))
 
     def overlap(model):
@@ -176,21 +178,26 @@ def _train(model, *, steps, lr, optimizer, records, metrics=None, desc):
     results feed other cached runs, and joblib hashes arrays by content."""
     history = train(model, None, steps=steps, lr=lr, optimizer=optimizer,
                     record_at=record_steps(steps, records), metrics=metrics, desc=desc)
-    return history, model.W.detach().to(DTYPE).numpy()
+    return history, to_host(model.W.to(DTYPE))
 
 
 @cached
+def polysemantic_shard(features, hidden, seeds, l1, *, steps, lr):
+    """One shard of Figure 3: one model per seed at one m (batched), with the authors' AdamW.
+    Returns the final W, (seeds, n, m) float64."""
+    model = TiedBasisAutoencoder(features, hidden, seeds, l1)
+    return _train(model, steps=steps, lr=lr, optimizer="adamw", records=2,
+                  desc=f"n={features} m={hidden}, {len(seeds)} seeds")[1]
+
+
 def polysemantic_sweep(features, hiddens, seeds, l1, *, steps, lr):
-    """Figure 3: for each m, train one model per seed (batched) with the authors' AdamW.
+    """Figure 3: for each m, train one model per seed, one shard per m (``toycore.shards``).
 
     Returns final W per m (a list of (seeds, n, m) float64) and the polysemantic neuron counts
     (len(hiddens), seeds)."""
-    seeds = check_seeds(seeds)
-    finals = []
-    for hidden in hiddens:
-        model = TiedBasisAutoencoder(features, hidden, seeds, l1)
-        finals.append(_train(model, steps=steps, lr=lr, optimizer="adamw", records=2,
-                             desc=f"n={features} m={hidden}, {len(seeds)} seeds")[1])
+    seeds = list(check_seeds(seeds))
+    calls = [((features, hidden, seeds, l1), dict(steps=steps, lr=lr)) for hidden in hiddens]
+    finals = shards.run(polysemantic_shard, calls, f"Figure 3, n={features}")
     counts = np.array([th.count_polysemantic(W).numpy() for W in finals])
     return SimpleNamespace(features=features, hiddens=np.array(hiddens), seeds=np.array(seeds),
                            l1=l1, W=finals, counts=counts)
@@ -245,8 +252,9 @@ def collision_runs(features, hidden, seeds, l1, *, steps, lr, lead=1.0, records=
     both features' weights on the shared neuron k over time."""
     benign, malign, k = forced_collisions(initial_weights(features, hidden, seeds), lead)
     model = _instances_from(torch.cat([benign, malign]).float(), l1)
-    both = torch.cat([k, k])
-    rows, pair = torch.arange(len(both))[:, None], torch.arange(2)[None, :]
+    device = model.W.device
+    both = torch.cat([k, k]).to(device)
+    rows, pair = torch.arange(len(both), device=device)[:, None], torch.arange(2, device=device)[None, :]
     shared = {"shared": lambda model: model.W[rows, pair, both[:, None]]}
     history, _ = _train(model, steps=steps, lr=lr, optimizer="sgd", records=records,
                         metrics=shared, desc=f"forced collisions, {len(both)} runs")

@@ -38,17 +38,15 @@ def feature_variance(p):
 
 # --- the construction (section 4.2.2) -------------------------------------------------------
 
-def hadamard(n):
-    """The Sylvester Hadamard matrix H_ij = (-1)^popcount(i AND j), n a power of 2."""
+def hadamard(n, rows=None):
+    """The Sylvester Hadamard matrix H_ij = (-1)^popcount(i AND j), n a power of 2; with
+    ``rows``, only those rows (len(rows), n)."""
     check_size("n", n)
     if n & (n - 1):
         raise ValueError(f"a Sylvester Hadamard matrix needs n a power of 2; got {n}")
-    i = np.arange(n)
-    bits = np.bitwise_and.outer(i, i)
-    parity = np.zeros_like(bits)
-    while bits.any():
-        parity ^= bits & 1
-        bits >>= 1
+    columns = np.arange(n)
+    rows = columns if rows is None else np.asarray(rows)
+    parity = np.bitwise_count(np.bitwise_and.outer(rows, columns)) & 1
     return 1 - 2 * parity.astype(float)
 
 
@@ -59,10 +57,9 @@ def persian_rug(features, hidden, seed=0):
     check_size("hidden", hidden)
     if hidden > features:
         raise ValueError(f"hidden must be <= features ({features}); got {hidden}")
-    H = hadamard(features)
     g = generator(seed, "rug")
     rows = np.sort(torch.randperm(features, generator=g)[:hidden].numpy())
-    W_in = H[rows]
+    W_in = hadamard(features, rows)
     return W_in, W_in.T / hidden, rows
 
 

@@ -1,0 +1,116 @@
+"""Big sweeps as independent shards, run through joblib: in this process, or on a Dask cluster.
+
+A sweep is a list of calls of one ``@cached`` function, each a *shard*: one batched computation
+(one hidden size, one block of seeds) cached on its own. ``run(shard, calls)`` loads the shards
+already in the cache and computes the others with joblib, on the backend the user picks:
+
+- ``$TOYCORE_SCHEDULER`` unset: in this process, one after another;
+- ``$TOYCORE_SCHEDULER=tcp://host:8786``: on that Dask cluster, through joblib's ``dask``
+  backend (``dask.distributed``). Each worker computes on the caller's device and writes into
+  the caller's cache folder, so ``$TOYCORE_CACHE`` must be a filesystem every worker sees (on
+  one machine it is). A worker whose toycore, torch, numpy or scipy differ from the caller's
+  refuses the shard instead of caching numbers under the wrong key.
+
+A shard is in the cache the moment it finishes, so an interrupted sweep (Ctrl-C, a killed worker
+or kernel) loses only the shards in flight, and running it again computes only those.
+"""
+import functools
+import os
+import warnings
+from pathlib import Path
+
+from joblib import Parallel, delayed, parallel_config
+
+from . import cache, devices
+from .progress import progress_bar
+
+
+def scheduler():
+    """The Dask scheduler's address from ``$TOYCORE_SCHEDULER``, or None for in-process."""
+    address = os.environ.get("TOYCORE_SCHEDULER", "").strip()
+    if address and "://" not in address:
+        raise ValueError(f"TOYCORE_SCHEDULER must be a Dask scheduler's address such as "
+                         f"tcp://host:8786; got {address!r}")
+    return address or None
+
+
+# Dask settings for workers (DASK_CONFIG=toycore/dask on a worker machine): dask's nanny starts
+# workers with MALLOC_TRIM_THRESHOLD_=65536, and setting it at all turns off glibc's adaptive
+# mmap threshold, so every large tensor is mapped and unmapped afresh: torch's training loops
+# ran 2.6x slower on such a worker than in-process. A worker that has it set says so (_compute).
+WORKER_CONFIG = Path(__file__).parent / "dask"
+
+
+def local_cluster(workers, threads=1):
+    """A Dask cluster of ``workers`` processes on this machine, one task at a time each, torch
+    on ``threads`` threads, with WORKER_CONFIG (a context manager; ``.scheduler_address``)."""
+    import dask
+    from dask.distributed import LocalCluster
+
+    def dotted(tree, prefix=""):  # dask.config.set would replace a nested dict's whole subtree
+        for key, value in tree.items():
+            if isinstance(value, dict):
+                yield from dotted(value, f"{prefix}{key}.")
+            else:
+                yield f"{prefix}{key}", value
+
+    settings = dict(dotted(dask.config.collect([str(WORKER_CONFIG)], env={})))
+    with dask.config.set(settings):
+        return LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                            dashboard_address=":0",  # any free port: no clash, no warning
+                            env={"OMP_NUM_THREADS": str(threads), "TOYCORE_PROGRESS": "0"})
+
+
+@functools.lru_cache(maxsize=None)
+def _client(address):
+    """One Dask client per scheduler for the life of the process (joblib's dask backend finds it)."""
+    from dask.distributed import Client
+
+    return Client(address, timeout="30s")
+
+
+def _compute(shard, root, device, key, args, kwargs):
+    """Run on whichever process computes the shard: there, with the caller's device and cache.
+    ``key``: the caller's cache key, which a Dask worker must share (None: in-process)."""
+    devices.use(device)
+    if key and os.environ.get("MALLOC_TRIM_THRESHOLD_"):
+        warnings.warn("this Dask worker runs with MALLOC_TRIM_THRESHOLD_ set (dask's nanny sets "
+                      "it), which made torch 2.6x slower here: start workers with "
+                      "DASK_CONFIG=toycore/dask (see the README)")
+    here = key and cache.cache_key(shard.__module__, device)
+    if here != key:
+        raise RuntimeError(f"this worker's toycore code or library versions differ from the "
+                           f"caller's (cache key {here}, the caller's {key}): install the same "
+                           f"commit and pins on every worker")
+    return cache.memorized(shard.uncached, root, device)(*args, **kwargs)
+
+
+def run(shard, calls, desc="shards"):
+    """``[shard(*args, **kwargs) for args, kwargs in calls]``, each shard computed at most once
+    ever (see the module's docstring). ``shard`` must be ``@cached``."""
+    if not hasattr(shard, "uncached"):
+        raise ValueError(f"{getattr(shard, '__name__', shard)!r} is not a @cached function")
+    address = scheduler()  # a malformed address fails here, before any work
+    calls = [(tuple(args), dict(kwargs)) for args, kwargs in calls]
+    results = [None] * len(calls)
+    missing = []
+    for k, (args, kwargs) in enumerate(calls):
+        if shard.in_cache(*args, **kwargs):
+            results[k] = shard(*args, **kwargs)  # loads it
+        else:
+            missing.append(k)
+    if not missing:
+        return results
+    device = devices.current()
+    root, key = cache.cache_root(), address and cache.cache_key(shard.__module__, device)
+    jobs = [delayed(_compute)(shard, root, str(device), key, *calls[k]) for k in missing]
+    bar = progress_bar(len(jobs), f"{desc} ({len(missing)} of {len(calls)} to compute)")
+    if address:
+        _client(address)
+    with parallel_config(backend="dask" if address else "sequential"):
+        outputs = Parallel(n_jobs=-1 if address else 1, return_as="generator")(jobs)
+        for k, output in zip(missing, outputs):
+            results[k] = output
+            bar.update(1)
+    bar.close()
+    return results

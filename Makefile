@@ -1,7 +1,11 @@
-# make book [PROFILE=ci|cpu|paper]   execute every chapter and build the HTML book
+# make book [PROFILE=ci|cpu|paper] [DEVICE=auto|cpu|cuda|cuda:k] [JOBS=n] [CHAPTERS="05 ..."]
+#                                    execute every chapter (JOBS at a time, default one per
+#                                    core) and build the HTML book; with CHAPTERS, execute and
+#                                    record only those (no HTML)
 # make test                          the whole test suite, chapters run in the `ci` profile
-# make benchmark                     chapter 3's closed-form step against plain autograd, and
-#                                    chapter 5's batched grid against a plain loop
+# make benchmark                     chapter 3's closed-form step against plain autograd,
+#                                    chapter 5's batched grid against a plain loop, and a
+#                                    sharded sweep on a local Dask cluster against in-process
 PROFILE ?= cpu
 PROFILES := ci cpu paper
 VENV ?= .venv
@@ -27,7 +31,8 @@ $(INSTALLED): requirements.txt pyproject.toml
 	@touch $@
 
 book: $(INSTALLED)
-	$(PYTHON) -m toycore.book --profile $(PROFILE)
+	$(PYTHON) -m toycore.book --profile $(PROFILE) $(if $(DEVICE),--device $(DEVICE)) \
+		$(if $(JOBS),--jobs $(JOBS)) $(if $(CHAPTERS),--chapters $(CHAPTERS))
 
 # One thread per process: the ci profile's models are tiny, so a second thread buys nothing
 # (4.1 min against 3.7 alone), while two processes each spinning two threads on two cores
@@ -38,6 +43,7 @@ test: $(INSTALLED)
 benchmark: $(INSTALLED)
 	$(PYTHON) benchmarks/tied_step.py
 	$(PYTHON) benchmarks/rug_grid.py
+	$(PYTHON) benchmarks/dask_sweep.py
 
 clean:
 	rm -rf _build

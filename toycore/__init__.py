@@ -2,5 +2,7 @@
 
 Data, models and the training loop are shared by every chapter; `theory`, `experiments` and
 `plots` hold one module per chapter; `claims`, `widgets` and `book` turn results into the book.
+`devices` says where tensors live, `shards` runs a sweep's pieces in-process or on a Dask
+cluster, `cache` keeps every result, and `records` keeps the paper profile's verdicts.
 """
 __version__ = "0.1.0"

@@ -4,19 +4,30 @@
 
 1. The book's sources (_config.yml, _toc.yml, intro.md, references.bib) are copied to
    ``<build>/source``; each chapter in _toc.yml is executed by papermill with its ``profile``
-   parameter into ``<build>/source/chapters/``. Committed notebooks are never written to.
+   and ``device`` parameters into ``<build>/source/chapters/``. Committed notebooks are never
+   written to. Chapters run side by side in worker processes (``--jobs``, default one per core),
+   each kernel with an equal share of the cores as torch threads (one each on two cores: two
+   processes with one thread each do not slow each other there, with two threads each they
+   did, 3.5x), the longest chapters of the last build first.
 2. Expensive results go through ``toycore.cache``, so re-executing with nothing changed is quick.
-3. The chapters' claims ledgers (``<build>/claims/*.json``) are summarised into the intro page.
+3. The chapters' claims ledgers (``<build>/claims/*.json``) are summarised into the intro page,
+   beside the paper profile's recorded verdicts (``toycore.records``); a ``paper`` build
+   records each chapter's ledger with its provenance in ``results/paper/``.
 4. Sphinx renders ``<build>/source`` into ``<build>/html`` with execution off; the widget state
    papermill saved is embedded in the pages. Warnings are errors.
 5. Before any of this, ``toycore.offline`` fetches pinned require.js, the ipywidgets HTML manager
    and MathJax from npm into ``<build>/offline``, and the pages load them from the book itself,
    so the HTML shows widgets and math with no network (or from CDNs, with a warning, without npm).
 A failing cell stops the build, naming the chapter and the cell; no page with a traceback is
-published.
+published. ``--chapters`` executes (and, in the paper profile, records) only the chapters named,
+for a machine whose sessions are too short for the whole book; it renders no HTML.
 """
 import argparse
+import concurrent.futures
 import contextlib
+import html
+import json
+import multiprocessing
 import os
 import shutil
 import subprocess
@@ -30,13 +41,15 @@ import yaml
 from nbclient.exceptions import CellTimeoutError
 from papermill.exceptions import PapermillExecutionError
 
-from . import offline
+from . import devices, offline, records, shards
+from .cache import code_hash
 from .claims import load_ledgers
 from .paths import REPO_ROOT, build_dir as default_build_dir
 from .profiles import PROFILES, resolve_profile
 
 BOOK_FILES = ("_config.yml", "_toc.yml", "intro.md", "references.bib")
 LEDGER_MARKER = "<!-- claims-ledger -->"
+PAPER_MARKER = "<!-- paper-ledger -->"
 LEDGER_ANCHOR = "claims-ledger"  # the id of each chapter's "## Claims ledger" heading
 # The longest a single cell may run, per profile: a stuck or pathologically slow cell fails the
 # build naming its chapter instead of silently using up CI's time. `paper` runs on a GPU, unbounded.
@@ -54,11 +67,12 @@ def chapters(root=REPO_ROOT):
     return [root / f"{entry}.ipynb" for entry in entries]
 
 
-def execute_chapter(notebook, output, profile):
+def execute_chapter(notebook, output, profile, device=None):
     """Run one chapter with papermill; a failing or timed-out cell raises BuildError naming it."""
     timeout = CELL_TIMEOUT_S[resolve_profile(profile)]
     try:
-        papermill.execute_notebook(str(notebook), str(output), parameters={"profile": profile},
+        papermill.execute_notebook(str(notebook), str(output),
+                                   parameters={"profile": profile, "device": device},
                                    kernel_name="python3", cwd=str(notebook.parent),
                                    progress_bar=False, execution_timeout=timeout)
     except CellTimeoutError as error:
@@ -96,6 +110,50 @@ def ledger_summary(ledgers, titles):
     return "\n".join(lines)
 
 
+def _verdict(row):
+    """A ledger row's verdict in words, as the chapters' tables show it."""
+    if row["passed"]:
+        return "reproduces"
+    return "<strong>does not reproduce</strong>" + (" (explained)" if row["known_failure"] else "")
+
+
+def paper_comparison(ledgers, recorded, titles, code):
+    """The intro's claim-by-claim table: this build's verdict beside the paper profile's
+    recorded one, with where and when that was recorded. ``recorded``: {chapter: record}
+    (``toycore.records.load``); ``code``: the current ``code_hash()``, to flag old records."""
+    lines = []
+    for stem in list(ledgers) + [stem for stem in recorded if stem not in ledgers]:
+        rows = {row["id"]: row for row in ledgers.get(stem, [])}
+        record = recorded.get(stem)
+        paper = {row["id"]: row for row in record["rows"]} if record else {}
+        lines += [f"### [{titles.get(stem, stem)}](chapters/{stem}.ipynb)", ""]
+        if record is None:
+            lines.append("The paper profile has not been run for this chapter yet.")
+        else:
+            given = record["provenance"]
+            changes = " with uncommitted changes" if given["uncommitted_changes"] else ""
+            lines.append(
+                f"Paper profile recorded {given['recorded']} on {given['device']} "
+                f"(`{given['device_type']}`), torch {given['torch']}, commit "
+                f"`{given['commit'][:10]}`{changes}, in {given['wall_time_s'] / 60:.1f} min "
+                f"({given['chapters_at_once']} chapter(s) at a time): "
+                f"{sum(row['passed'] for row in paper.values())} of {len(paper)} reproduce.")
+            if given["code"] != code:
+                lines.append(" toycore's computing code has changed since this record was made.")
+        build_profile = next(iter(rows.values()))["profile"] if rows else "?"
+        table = ['<table class="paper-comparison"><tr><th>claim</th>'
+                 f'<th>this build (<code>{build_profile}</code>)</th><th>paper profile</th></tr>']
+        for claim_id in list(rows) + [k for k in paper if k not in rows]:
+            row = rows.get(claim_id) or paper[claim_id]
+            here = _verdict(rows[claim_id]) if claim_id in rows else "not in this build"
+            there = (_verdict(paper[claim_id]) if claim_id in paper
+                     else "not run" if record is None else "not recorded")
+            table.append(f"<tr><td>{html.escape(row['claim'])}</td><td>{here}</td>"
+                         f"<td>{there}</td></tr>")
+        lines += ["", "".join(table) + "</table>", ""]
+    return "\n".join(lines)
+
+
 def notebook_title(notebook):
     """The first Markdown heading of a notebook."""
     for cell in nbformat.read(notebook, as_version=4).cells:
@@ -128,68 +186,193 @@ def environment(**variables):
                 os.environ[name] = value
 
 
-def build(profile=None, build_dir=None, log=print):
-    """Execute all chapters under ``profile`` and build ``<build>/html``; returns index.html."""
+def select_chapters(names=None):
+    """The chapters to execute: all of _toc.yml's, or those named (by file stem, e.g.
+    ``05_persian_rug``, or by its number, ``05``); a clear error for a name that is none."""
+    notebooks = chapters()
+    if not names:
+        return notebooks
+    chosen = []
+    for name in names:
+        matches = [nb for nb in notebooks if nb.stem == name or nb.stem.split("_")[0] == name]
+        if len(matches) != 1:
+            raise ValueError(f"no chapter {name!r}; the chapters are "
+                             f"{', '.join(nb.stem for nb in notebooks)}")
+        chosen += [nb for nb in matches if nb not in chosen]
+    return chosen
+
+
+def check_jobs(jobs, count):
+    """How many chapters to execute at once: ``jobs``, default one per core, at most ``count``."""
+    if jobs is None:
+        jobs = os.cpu_count() or 1
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise ValueError(f"jobs must be an integer >= 1; got {jobs!r}")
+    return min(jobs, count)
+
+
+@contextlib.contextmanager
+def shard_cluster(jobs, threads, log):
+    """A local Dask cluster of ``jobs`` workers for every chapter's shards, while the chapters
+    run: the longest chapter's shards then spread over the cores that the shorter chapters
+    leave free, instead of queueing in its own kernel. Yields its address, or None when the
+    user's ``$TOYCORE_SCHEDULER`` names a cluster already (the kernels use that one)."""
+    if shards.scheduler():
+        yield None
+        return
+    with shards.local_cluster(jobs, threads) as cluster:
+        log(f"  shards go to a local Dask cluster of {jobs} workers ({cluster.scheduler_address})")
+        yield cluster.scheduler_address
+
+
+def _execute_in_worker(notebook, output, profile, device, variables):
+    """A worker process's chapter: its environment (the kernel inherits it), then papermill."""
+    os.environ.update(variables)
+    start = time.perf_counter()
+    execute_chapter(notebook, output, profile, device)
+    return time.perf_counter() - start
+
+
+def execute_all(notebooks, source, profile, device, jobs, variables, log, on_done):
+    """Execute the chapters, ``jobs`` at a time, longest first by ``<build>/timings.json``
+    (with no timings, later chapters first: the book goes from small models to large ones).
+    ``on_done(notebook, seconds)`` runs as each finishes. After a failure, the chapters still
+    running finish (what they compute is cached), the others do not start, and the first
+    failure is raised."""
+    timings_file = Path(variables["TOYCORE_BUILD_DIR"]) / "timings.json"
+    timings = json.loads(timings_file.read_text()) if timings_file.exists() else {}
+    known = timings.get(profile, {})
+    order = sorted(reversed(notebooks), key=lambda nb: -known.get(nb.stem, float("inf")))
+
+    def done(notebook, seconds):
+        known[notebook.stem] = round(seconds, 1)
+        timings_file.write_text(json.dumps({**timings, profile: known}, indent=1))
+        on_done(notebook, seconds)
+
+    if jobs == 1:
+        with environment(**variables):
+            for notebook in order:
+                log(f"executing {notebook.relative_to(REPO_ROOT)} (profile {profile}, {device}) ...")
+                start = time.perf_counter()
+                execute_chapter(notebook, source / notebook.name, profile, device)
+                done(notebook, time.perf_counter() - start)
+        return
+    threads = max(1, (os.cpu_count() or 1) // jobs)
+    variables = {**variables, "OMP_NUM_THREADS": str(threads)}
+    log(f"executing {len(order)} chapters (profile {profile}, {device}), {jobs} at a time with "
+        f"{threads} torch thread(s) each ...")
+    failure = None
+    context = multiprocessing.get_context("spawn")  # a fresh interpreter: no torch state forked
+    with shard_cluster(jobs, threads, log) as address, \
+            concurrent.futures.ProcessPoolExecutor(jobs, mp_context=context) as pool:
+        if address:
+            variables = {**variables, "TOYCORE_SCHEDULER": address}
+        futures = {pool.submit(_execute_in_worker, notebook, source / notebook.name, profile,
+                               device, variables): notebook for notebook in order}
+        for future in concurrent.futures.as_completed(futures):
+            notebook = futures[future]
+            try:
+                done(notebook, future.result())
+            except concurrent.futures.CancelledError:
+                continue
+            except BuildError as error:
+                if failure is None:
+                    failure = error
+                    log(f"{notebook.relative_to(REPO_ROOT)} failed; the chapters still running "
+                        f"finish, so that their results are cached")
+                    for other in futures:
+                        other.cancel()
+    if failure is not None:
+        raise failure
+
+
+def build(profile=None, build_dir=None, log=print, device=None, jobs=None, only=None):
+    """Execute the chapters under ``profile`` on ``device`` and build ``<build>/html``; returns
+    index.html. ``jobs``: chapters executed at once (default: one per core). ``only``: chapter
+    names (see ``select_chapters``) to execute and record without rendering; returns None."""
     profile = resolve_profile(profile)
+    device = str(devices.resolve(device))  # a bad device or a missing GPU stops here
+    notebooks = select_chapters(only)
+    jobs = check_jobs(jobs, len(notebooks))
     build_dir = Path(build_dir or default_build_dir()).resolve()
     source = build_dir / "source"
-    if source.exists():
+    if source.exists() and not only:
         shutil.rmtree(source)
-    (source / "chapters").mkdir(parents=True)
+    (source / "chapters").mkdir(parents=True, exist_ok=True)
     for name in BOOK_FILES:
         shutil.copy2(REPO_ROOT / name, source / name)
-    try:
-        self_contained = offline.vendor(build_dir / "offline", log=log)
-    except offline.AssetError as error:
-        raise BuildError(str(error)) from None
-    if self_contained:
-        add_sphinx_config(source / "_config.yml", offline.sphinx_settings(build_dir / "offline"))
+    if not only:
+        try:
+            self_contained = offline.vendor(build_dir / "offline", log=log)
+        except offline.AssetError as error:
+            raise BuildError(str(error)) from None
+        if self_contained:
+            add_sphinx_config(source / "_config.yml", offline.sphinx_settings(build_dir / "offline"))
     claims = build_dir / "claims"
-    if claims.exists():
-        shutil.rmtree(claims)  # a ledger from an earlier build must not pass for this one
+    for notebook in notebooks:  # a ledger from an earlier build must not pass for this one
+        (claims / f"{notebook.stem}.json").unlink(missing_ok=True)
 
-    # The kernels papermill starts inherit these: the profile for code that reads it, the build
-    # folder for the ledgers, and no progress bars in the saved pages.
-    titles = {}
-    with environment(TOYCORE_PROFILE=profile, TOYCORE_BUILD_DIR=str(build_dir),
-                     TOYCORE_PROGRESS="0"):
-        for notebook in chapters():
-            start = time.perf_counter()
-            log(f"executing {notebook.relative_to(REPO_ROOT)} (profile {profile}) ...")
-            execute_chapter(notebook, source / "chapters" / notebook.name, profile)
-            titles[notebook.stem] = notebook_title(notebook)
-            log(f"  done in {time.perf_counter() - start:.0f} s")
+    def finished(notebook, seconds):
+        log(f"  {notebook.stem} done in {seconds:.0f} s")
+        if profile == "paper":
+            rows = load_ledgers(claims).get(notebook.stem)
+            if rows:
+                path = records.write(notebook.stem, rows, records.provenance(device, seconds, jobs))
+                log(f"  recorded in {path.relative_to(REPO_ROOT)}")
 
-    ledgers = load_ledgers(claims)
-    missing = [stem for stem in titles if stem not in ledgers]
+    # The kernels papermill starts inherit these: the profile and device for code that reads
+    # them, the build folder for the ledgers, and no progress bars in the saved pages.
+    variables = dict(TOYCORE_PROFILE=profile, TOYCORE_DEVICE=device,
+                     TOYCORE_BUILD_DIR=str(build_dir), TOYCORE_PROGRESS="0")
+    execute_all(notebooks, source / "chapters", profile, device, jobs, variables, log, finished)
+
+    ledgers = {stem: rows for stem, rows in load_ledgers(claims).items()
+               if stem in {nb.stem for nb in notebooks}}
+    missing = [nb.stem for nb in notebooks if nb.stem not in ledgers]
     if missing:
         raise BuildError(f"these chapters wrote no claims ledger: {', '.join(missing)}")
+    if only:
+        log("executed the chapters named; the HTML is rendered only by a build of every chapter")
+        return None
+    titles = {nb.stem: notebook_title(nb) for nb in notebooks}
+    ledgers = {stem: ledgers[stem] for stem in titles}  # in the book's order
     intro = source / "intro.md"
-    intro.write_text(intro.read_text().replace(LEDGER_MARKER, ledger_summary(ledgers, titles)))
+    intro.write_text(intro.read_text()
+                     .replace(LEDGER_MARKER, ledger_summary(ledgers, titles))
+                     .replace(PAPER_MARKER, paper_comparison(ledgers, records.load(), titles,
+                                                             code_hash())))
 
     log("rendering the HTML ...")
     jupyter_book = Path(sys.executable).parent / "jupyter-book"
     subprocess.run([str(jupyter_book), "config", "sphinx", str(source)], check=True,
                    stdout=subprocess.DEVNULL)
-    html = build_dir / "html"
+    html_dir = build_dir / "html"
     result = subprocess.run([sys.executable, "-m", "sphinx", "-b", "html", "-W", "--keep-going",
-                             "-q", "-d", str(build_dir / "doctrees"), str(source), str(html)])
+                             "-q", "-d", str(build_dir / "doctrees"), str(source), str(html_dir)])
     if result.returncode != 0:
         raise BuildError("Sphinx reported warnings or errors (above); the book was not published")
-    return html / "index.html"
+    return html_dir / "index.html"
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--profile", default=None, help=f"one of {', '.join(PROFILES)}")
+    parser.add_argument("--device", default=None,
+                        help="auto (default: the GPU when torch sees one), cpu, cuda or cuda:k")
+    parser.add_argument("--jobs", type=int, default=None,
+                        help="chapters executed at once (default: one per core)")
+    parser.add_argument("--chapters", nargs="+", default=None, metavar="CHAPTER",
+                        help="execute (and record) only these, e.g. 05_persian_rug or 05; no HTML")
     parser.add_argument("--build-dir", default=None, help="default: _build at the repository root")
     args = parser.parse_args(argv)
     try:
-        index = build(args.profile, args.build_dir)
+        index = build(args.profile, args.build_dir, device=args.device, jobs=args.jobs,
+                      only=args.chapters)
     except (BuildError, ValueError) as error:
         print(f"book build failed: {error}", file=sys.stderr)
         return 1
-    print(f"The book is at {index}")
+    if index is not None:
+        print(f"The book is at {index}")
     return 0
 
 

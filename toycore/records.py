@@ -1,0 +1,114 @@
+"""The paper profile's verdicts, kept with their provenance in ``results/paper/``.
+
+``make book PROFILE=paper`` writes one file per chapter it executed, ``<chapter>.json``::
+
+    {"chapter": "05_persian_rug", "profile": "paper",
+     "provenance": {"commit", "uncommitted_changes", "code", "device", "device_type", "torch",
+                    "numpy", "scipy", "python", "wall_time_s", "chapters_at_once", "recorded"},
+     "rows": [the chapter's ledger rows, as Ledger.save writes them]}
+
+The folder is committed, so the intro page of any build can show, beside its own verdicts, what
+the texts' sizes gave, on which machine and when. ``code`` is the hash of toycore's computing
+modules at the time (``toycore.cache.code_hash()``): the intro says when the code has changed
+since a record was made.
+"""
+import datetime
+import json
+import platform
+import subprocess
+
+import numpy
+import scipy
+import torch
+
+from . import devices
+from .cache import code_hash
+from .paths import REPO_ROOT
+
+FOLDER = REPO_ROOT / "results" / "paper"
+PROVENANCE = ("commit", "uncommitted_changes", "code", "device", "device_type", "torch", "numpy",
+              "scipy", "python", "wall_time_s", "chapters_at_once", "recorded")
+ROW_KEYS = ("id", "claim", "source", "expected", "measured", "tolerance", "compare", "passed",
+            "known_failure", "profile", "chapter")
+
+
+def _git(*args):
+    try:
+        return subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True,
+                              check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+def provenance(device, wall_time_s, chapters_at_once):
+    """Where, when and with what a chapter ran: a dict with the keys of PROVENANCE."""
+    device = devices.resolve(device)
+    changes = _git("status", "--porcelain", "--", "toycore", "chapters")
+    return dict(commit=_git("rev-parse", "HEAD") or "unknown",
+                uncommitted_changes=bool(changes) if changes is not None else None,
+                code=code_hash(), device=devices.describe(device), device_type=device.type,
+                torch=torch.__version__, numpy=numpy.__version__, scipy=scipy.__version__,
+                python=platform.python_version(), wall_time_s=round(float(wall_time_s), 1),
+                chapters_at_once=int(chapters_at_once),
+                recorded=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))
+
+
+def write(chapter, rows, provenance, folder=None):
+    """Record one chapter's paper-profile ledger; returns the file's path."""
+    record = dict(chapter=chapter, profile="paper", provenance=provenance, rows=rows)
+    problems = check(record)
+    if problems:
+        raise ValueError(f"not a paper-profile record of {chapter}: {'; '.join(problems)}")
+    path = (folder or FOLDER) / f"{chapter}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n")
+    return path
+
+
+def load(folder=None):
+    """Every recorded chapter: {chapter: record}."""
+    folder = folder or FOLDER
+    return {path.stem: json.loads(path.read_text()) for path in sorted(folder.glob("*.json"))}
+
+
+def check(record):
+    """What is wrong with a record's format (an empty list when nothing is)."""
+    problems = []
+    if not isinstance(record, dict):
+        return ["a record is a JSON object"]
+    chapter = record.get("chapter")
+    if not isinstance(chapter, str) or not chapter:
+        problems.append("no chapter name")
+    if record.get("profile") != "paper":
+        problems.append(f"profile is {record.get('profile')!r}, not 'paper'")
+    given = record.get("provenance")
+    if not isinstance(given, dict):
+        problems.append("no provenance")
+    else:
+        problems += [f"provenance lacks {key!r}" for key in PROVENANCE if key not in given]
+        if not isinstance(given.get("wall_time_s"), (int, float)) or given["wall_time_s"] < 0:
+            problems.append("provenance's wall_time_s is not a time in seconds")
+        if given.get("device_type") not in ("cpu", "cuda"):
+            problems.append(f"provenance's device_type is {given.get('device_type')!r}")
+    rows = record.get("rows")
+    if not isinstance(rows, list) or not rows:
+        problems.append("no ledger rows")
+        return problems
+    ids = [row.get("id") for row in rows if isinstance(row, dict)]
+    if len(ids) != len(rows):
+        problems.append("a row is not an object")
+    if len(set(ids)) != len(ids):
+        problems.append("a claim id appears twice")
+    for row in rows:
+        if not isinstance(row, dict):
+            continue
+        missing = [key for key in ROW_KEYS if key not in row]
+        if missing:
+            problems.append(f"row {row.get('id')!r} lacks {', '.join(missing)}")
+        elif row["profile"] != "paper" or row["chapter"] != chapter:
+            problems.append(f"row {row['id']!r} is from profile {row['profile']!r}, "
+                            f"chapter {row['chapter']!r}")
+        elif not isinstance(row["passed"], bool):
+            problems.append(f"row {row['id']!r} has no verdict")
+    return problems
+

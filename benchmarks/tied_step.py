@@ -8,7 +8,8 @@ plain implementation: einsums through the network, autograd, ``torch.optim.AdamW
 ``TiedBasisAutoencoder.loss_and_grad`` (two products and no autograd) with the fused AdamW that
 ``toycore.train`` uses. A second baseline gives the autograd step the fused AdamW too, to show
 how much of the gain is the optimiser. Prints median step times and their ratios; timings vary
-with the machine, so only ratios from one run are comparable.
+with the machine, so only ratios from one run are comparable. ``--device cuda`` times the same
+on a GPU (the clock is read after the GPU has finished the steps).
 """
 import argparse
 import statistics
@@ -16,8 +17,15 @@ import time
 
 import torch
 
+from toycore import devices
 from toycore.models import TiedBasisAutoencoder, tied_basis_reference_loss
 from toycore.train import make_optimizer
+
+
+def finish(device):
+    """Wait until the device has done all queued work, so that the clock measures it."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def closed_form_step(model, optimizer):
@@ -43,8 +51,10 @@ def main():
     parser.add_argument("--hidden", type=int, default=1024)
     parser.add_argument("--steps", type=int, default=10, help="timed steps per round")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--device", default=None, help="auto (default), cpu, cuda or cuda:k")
     args = parser.parse_args()
 
+    device = devices.use(args.device)
     l1 = 1e-3
     model = TiedBasisAutoencoder(args.features, args.hidden, range(args.instances), l1)
     plain_W = torch.nn.Parameter(model.W.detach().clone())
@@ -62,13 +72,16 @@ def main():
         step()  # warm up
     for _ in range(args.rounds):  # interleaved, so that machine noise hits everyone alike
         for name, step in contenders.items():
+            finish(device)
             start = time.perf_counter()
             for _ in range(args.steps):
                 step()
+            finish(device)
             times[name].append((time.perf_counter() - start) / args.steps)
 
-    print(f"instances={args.instances} n={args.features} m={args.hidden}, "
-          f"{torch.get_num_threads()} threads, median of {args.rounds} rounds x {args.steps} steps")
+    print(f"instances={args.instances} n={args.features} m={args.hidden} on "
+          f"{devices.describe(device)}, {torch.get_num_threads()} threads, "
+          f"median of {args.rounds} rounds x {args.steps} steps")
     baseline = statistics.median(times["autograd + plain AdamW (baseline)"])
     for name, values in times.items():
         median = statistics.median(values)

@@ -1,0 +1,276 @@
+"""Scale: the device switch, the cache key, shards on a Dask cluster, resumable sweeps, parallel
+chapters and the paper profile's records. None of it needs a GPU."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import torch
+
+from toycore import book, cache, devices, records, shards
+from toycore.data import SparseUniform
+from toycore.experiments import persian_rug as rug
+from toycore.experiments import polysemantic as poly
+from toycore.models import TiedBasisAutoencoder, ToyModel, UntiedAutoencoder
+from toycore.noise import HiddenNoise
+from toycore.paths import REPO_ROOT
+
+NO_GPU = not torch.cuda.is_available()
+
+
+@pytest.fixture
+def fresh_device(monkeypatch):
+    """Forget the device chosen so far in this process, so the environment is read again."""
+    monkeypatch.setattr(devices, "_current", None)
+
+
+# --- the device ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("value", ["gpu", "cuda:x", "CPU ", "cuda0", "tpu", "mps"])
+def test_an_unknown_device_is_refused(value, monkeypatch, fresh_device):
+    with pytest.raises(ValueError, match="device must be auto, cpu, cuda or cuda:k"):
+        devices.resolve(value)
+    monkeypatch.setenv("TOYCORE_DEVICE", value)
+    with pytest.raises(ValueError, match="device must be"):
+        devices.current()
+
+
+@pytest.mark.skipif(not NO_GPU, reason="this machine has a GPU")
+def test_cuda_without_a_gpu_is_refused_before_any_work(tmp_path, fresh_device):
+    for value in ("cuda", "cuda:1"):
+        with pytest.raises(ValueError, match="sees no GPU"):
+            devices.use(value)
+    assert devices.resolve("auto").type == "cpu"
+    with pytest.raises(ValueError, match="sees no GPU"):
+        book.build("ci", tmp_path, device="cuda")
+    assert list(tmp_path.iterdir()) == []  # nothing built, nothing fetched
+    result = subprocess.run([sys.executable, "-m", "toycore.book", "--profile", "ci", "--device",
+                             "cuda", "--build-dir", str(tmp_path / "cli")],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1 and "sees no GPU" in result.stderr
+    assert not (tmp_path / "cli").exists()
+
+
+def test_everything_honours_TOYCORE_DEVICE_cpu(monkeypatch, fresh_device):
+    monkeypatch.setenv("TOYCORE_DEVICE", "cpu")
+    assert devices.current() == torch.device("cpu")
+    models = [TiedBasisAutoencoder(4, 6, [0, 1], l1=1e-3, noise="bipolar", sigma=0.1),
+              ToyModel(5, 2, [0, 1]), UntiedAutoencoder(8, [2, 3], [0, 1])]
+    for model in models:
+        assert {t.device.type for t in [*model.parameters(), *model.buffers()]} == {"cpu"}
+    assert models[0].noise.next().device.type == "cpu"
+    assert SparseUniform([0, 1], 4, 0.5).sample(3).device.type == "cpu"
+    assert "-cpu-" in cache.cache_key("toycore.experiments.persian_rug")
+
+
+def test_prefetched_data_is_each_instances_own_stream():
+    # Drawing several batches per generator call changes neither what an instance sees (on the
+    # CPU, where a generator's draws do not depend on how they are split into calls) nor which
+    # other instances are drawn with it: instance 1 sits out two draws and then goes on.
+    plain = SparseUniform([3, 4, 5], 6, [0.5, 0.8, 0.9], device="cpu")
+    prefetched = SparseUniform([3, 4, 5], 6, [0.5, 0.8, 0.9], device="cpu", prefetch=4)
+    alone = SparseUniform([4], 6, [0.8], device="cpu", prefetch=3)
+    for step in range(9):
+        chosen = [0, 2] if step in (2, 3) else [0, 1, 2]
+        batch = prefetched.sample(5, chosen)
+        assert torch.equal(batch, plain.sample(5, chosen))
+        if 1 in chosen:
+            assert torch.equal(batch[1], alone.sample(5)[0])
+    assert not torch.equal(prefetched.sample(5)[0], prefetched.sample(5)[0])
+
+
+# --- the cache key ----------------------------------------------------------------------------
+
+def test_the_cache_key_changes_with_the_device_type_and_the_library_versions(monkeypatch):
+    module = "toycore.experiments.persian_rug"
+    cpu, cuda = cache.cache_key(module, "cpu"), cache.cache_key(module, "cuda")
+    assert cpu != cuda and cpu.startswith(cache.code_hash(module))
+    assert cache.cache_key(module, "cuda:1") == cuda  # the type, not which GPU
+    monkeypatch.setattr(torch, "__version__", "9.9.9")
+    assert cache.cache_key(module, "cpu") != cpu
+    monkeypatch.undo()
+    monkeypatch.setattr(np, "__version__", "0.0.1")
+    assert cache.cache_key(module, "cpu") != cpu
+
+
+# --- shards: in-process, on a Dask cluster, and after an interruption --------------------------
+
+def _grid(cache_dir, monkeypatch):
+    monkeypatch.setenv("TOYCORE_CACHE", str(cache_dir))
+    return rug.grid_runs([16, 32], [0.05, 0.3], [0.25, 0.5], [0, 1], steps=300)
+
+
+def test_a_chapter_5_grid_on_a_local_dask_cluster_gives_the_in_process_numbers(tmp_path,
+                                                                                monkeypatch):
+    monkeypatch.delenv("TOYCORE_SCHEDULER", raising=False)
+    here = _grid(tmp_path / "in-process", monkeypatch)
+    # LocalCluster(n_workers=2, threads_per_worker=1, processes=True), workers without dask's
+    # MALLOC_TRIM_THRESHOLD_
+    with shards.local_cluster(2) as cluster:
+        assert set(shards._client(cluster.scheduler_address).run(
+            lambda: os.environ.get("MALLOC_TRIM_THRESHOLD_")).values()) == {None}
+        monkeypatch.setenv("TOYCORE_SCHEDULER", cluster.scheduler_address)
+        # were any shard trained in this process, it would fail: the workers have their own copy
+        monkeypatch.setattr(rug, "train_until_converged", None)
+        try:
+            there = _grid(tmp_path / "cluster", monkeypatch)
+            workers = shards._client(cluster.scheduler_address).run(os.getpid)
+        finally:
+            shards._client(cluster.scheduler_address).close()
+            shards._client.cache_clear()
+    assert len(set(workers.values()) - {os.getpid()}) == 2
+    for a, b in zip(here, there):
+        for name in ("W", "b", "loss", "steps", "converged"):
+            assert np.array_equal(getattr(a, name), getattr(b, name)), name
+        assert np.array_equal(a.curves, b.curves, equal_nan=True)
+    # the workers wrote every shard (one per ns and hidden size) into the caller's cache
+    assert len(list((tmp_path / "cluster").rglob("output.pkl"))) == 4
+
+
+def test_a_malformed_scheduler_address_is_refused_before_any_work(tmp_path, monkeypatch):
+    monkeypatch.setenv("TOYCORE_SCHEDULER", "localhost:8786")
+    monkeypatch.setattr(rug, "train_until_converged", None)
+    with pytest.raises(ValueError, match="TOYCORE_SCHEDULER must be a Dask scheduler's address"):
+        _grid(tmp_path, monkeypatch)
+
+
+SWEEP = dict(features=8, hiddens=[8, 12, 16, 24], seeds=[0, 1], l1=1e-3, steps=60, lr=1e-3)
+
+KILLED_ON_THIRD_SHARD = textwrap.dedent("""
+    import os, signal, sys
+    from toycore.experiments import polysemantic as ex
+    train, calls = ex._train, []
+    def dying(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:  # the kernel dies while it trains the third shard
+            os.kill(os.getpid(), signal.SIGKILL)
+        return train(*args, **kwargs)
+    ex._train = dying
+    ex.polysemantic_sweep(**{sweep})
+""")
+
+
+def test_a_sweep_killed_midway_recomputes_only_the_unfinished_shards(tmp_path, monkeypatch):
+    monkeypatch.setenv("TOYCORE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("TOYCORE_SCHEDULER", raising=False)
+    killed = subprocess.run([sys.executable, "-c", KILLED_ON_THIRD_SHARD.format(sweep=SWEEP)],
+                            env={**os.environ, "TOYCORE_PROGRESS": "0"}, timeout=300)
+    assert killed.returncode == -signal.SIGKILL
+    trained = []
+    train = poly._train
+    monkeypatch.setattr(poly, "_train", lambda *a, **k: trained.append(a[0].hidden) or train(*a, **k))
+    resumed = poly.polysemantic_sweep(**SWEEP)
+    assert trained == [16, 24]  # the two shards that had not finished, and no other
+    assert poly.polysemantic_sweep(**SWEEP) and trained == [16, 24]  # now all are cached
+    monkeypatch.setenv("TOYCORE_CACHE", str(tmp_path / "uninterrupted"))
+    whole = poly.polysemantic_sweep(**SWEEP)
+    assert all(np.array_equal(a, b) for a, b in zip(resumed.W, whole.W))
+    assert np.array_equal(resumed.counts, whole.counts)
+
+
+def test_shards_must_be_cached_functions():
+    with pytest.raises(ValueError, match="not a @cached function"):
+        shards.run(len, [(([1],), {})])
+
+
+# --- chapters side by side ---------------------------------------------------------------------
+
+def test_chapters_and_jobs_are_checked_before_any_work(tmp_path):
+    assert [nb.stem for nb in book.select_chapters(["05", "01_linear_autoencoders"])] == [
+        "05_persian_rug", "01_linear_autoencoders"]
+    with pytest.raises(ValueError, match="no chapter '06'"):
+        book.build("ci", tmp_path, only=["06"])
+    for jobs in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match="jobs must be an integer >= 1"):
+            book.build("ci", tmp_path, jobs=jobs)
+    assert list(tmp_path.iterdir()) == []
+    assert book.check_jobs(None, 5) == min(os.cpu_count(), 5) and book.check_jobs(8, 3) == 3
+
+
+# --- the paper profile's records ---------------------------------------------------------------
+
+def _record(rows, **provenance):
+    given = dict(commit="0123456789abcdef", uncommitted_changes=False, code="c0de",
+                 device="NVIDIA H100 80GB HBM3", device_type="cuda", torch="2.13.0", numpy="2",
+                 scipy="1", python="3.12", wall_time_s=61.0, chapters_at_once=1,
+                 recorded="2026-11-23 10:00 UTC")
+    return dict(chapter="99_example", profile="paper", provenance={**given, **provenance},
+                rows=rows)
+
+
+def _row(claim_id, passed, known_failure=False, profile="paper"):
+    return dict(id=claim_id, claim=f"claim {claim_id} | with a bar", source="§1", expected=1.0,
+                measured=1.0, tolerance=0.0, compare="abs", passed=passed,
+                known_failure=known_failure, profile=profile, chapter="99_example")
+
+
+def test_records_are_checked_written_and_read_back(tmp_path):
+    good = _record([_row("a", True), _row("b", False, known_failure=True)])
+    assert records.check(good) == []
+    path = records.write("99_example", good["rows"], good["provenance"], folder=tmp_path)
+    assert records.load(tmp_path) == {"99_example": good} and path.name == "99_example.json"
+    bad = [_record([]), _record([_row("a", True), _row("a", True)]),
+           _record([_row("a", True, profile="cpu")]), _record([_row("a", True)], device_type="tpu"),
+           {**_record([_row("a", True)]), "provenance": {"device": "x"}},
+           _record([{**_row("a", True), "passed": None}])]
+    for record in bad:
+        assert records.check(record), record
+        with pytest.raises(ValueError, match="not a paper-profile record"):
+            records.write("99_example", record["rows"], record["provenance"], folder=tmp_path)
+
+
+def test_the_comparison_puts_each_claim_beside_its_recorded_verdict():
+    here = {"99_example": [_row("a", True, profile="ci"), _row("b", True, profile="ci"),
+                           _row("new", False, known_failure=True, profile="ci")],
+            "98_unrecorded": [{**_row("x", True, profile="ci"), "chapter": "98_unrecorded"}]}
+    recorded = {"99_example": _record([_row("a", True), _row("b", False), _row("old", True)])}
+    text = book.paper_comparison(here, recorded, {"99_example": "Example"}, code="changed")
+    example, unrecorded = text.split("### [98_unrecorded]")
+    assert "recorded 2026-11-23 10:00 UTC on NVIDIA H100 80GB HBM3" in example
+    assert "commit `0123456789`" in example and "2 of 3 reproduce" in example
+    assert "code has changed since" in example
+    rows = [line for line in example.split("<tr>")[2:]]
+    assert "claim a | with a bar</td><td>reproduces</td><td>reproduces" in rows[0]
+    assert "<td>reproduces</td><td><strong>does not reproduce</strong></td>" in rows[1]
+    assert "(explained)</td><td>not recorded</td>" in rows[2]
+    assert "<td>not in this build</td><td>reproduces</td>" in rows[3]
+    assert "has not been run for this chapter" in unrecorded and "<td>not run</td>" in unrecorded
+    same_code = book.paper_comparison(here, recorded, {}, code="c0de")
+    assert "code has changed" not in same_code
+
+
+def test_paper_records_are_well_formed_and_name_claims_their_chapters_make(built):
+    build_dir, _ = built
+    stems = {nb.stem for nb in book.chapters()}
+    for stem, record in records.load().items():
+        assert stem in stems, f"results/paper/{stem}.json: no such chapter"
+        assert records.check(record) == [] and record["chapter"] == stem
+        made = {row["id"] for row in json.loads((build_dir / "claims" / f"{stem}.json").read_text())}
+        unknown = [row["id"] for row in record["rows"] if row["id"] not in made]
+        assert not unknown, f"{stem}: the record has claims the chapter no longer makes: {unknown}"
+
+
+def test_the_intro_shows_the_paper_verdicts_or_says_none_was_recorded(built):
+    from bs4 import BeautifulSoup
+
+    build_dir, _ = built
+    soup = BeautifulSoup((build_dir / "html" / "intro.html").read_text(), "html.parser")
+    tables = soup.find_all("table", class_="paper-comparison")
+    recorded = records.load()
+    assert len(tables) == len(book.chapters())
+    for notebook, table in zip(book.chapters(), tables):
+        claims = json.loads((build_dir / "claims" / f"{notebook.stem}.json").read_text())
+        cells = [row.find_all("td") for row in table.find_all("tr")[1:]]
+        assert len(cells) >= len(claims)
+        said = table.find_previous("p").get_text()
+        if notebook.stem in recorded:
+            assert "Paper profile recorded" in said
+            assert recorded[notebook.stem]["provenance"]["device"] in said
+            assert {c[2].get_text() for c in cells} <= {
+                "reproduces", "does not reproduce", "does not reproduce (explained)", "not recorded"}
+        else:
+            assert "has not been run" in said and {c[2].get_text() for c in cells} == {"not run"}

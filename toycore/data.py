@@ -60,6 +60,7 @@ class SparseUniform:
         self.prefetch = check_size("prefetch", prefetch)
         self.device = devices.current() if device is None else torch.device(device)
         self.density = (1 - sparsity).expand(len(self.seeds)).to(device=self.device, dtype=dtype)
+        self.always_off = (self.density == 0).tolist()  # S = 1: all zeros (r / 0 would be NaN)
         self.dtype = dtype
         self.generators = [generator(seed, purpose, self.device) for seed in self.seeds]
         self._stock = [None] * len(self.seeds)   # per instance: (prefetch, batch, features)
@@ -77,9 +78,11 @@ class SparseUniform:
                 # is again U[0, 1]; half the random numbers of drawing c and u separately
                 r = torch.rand((self.prefetch, batch, self.features), generator=self.generators[i],
                                device=self.device, dtype=self.dtype)
-                active = r < self.density[i]
-                # in place, and bit for bit torch.where(active, r / density, 0), but faster
-                self._stock[i] = r.div_(self.density[i]).mul_(active)
+                if self.always_off[i]:
+                    self._stock[i] = r.zero_()
+                else:  # in place, and bit for bit torch.where(active, r / density, 0), but faster
+                    active = r < self.density[i]
+                    self._stock[i] = r.div_(self.density[i]).mul_(active)
                 self._left[i] = self.prefetch
         batches = [self._stock[i][self.prefetch - self._left[i]] for i in chosen]
         for i in chosen:

@@ -51,7 +51,7 @@ def plain_loop(features, cells, steps, device):
             optimizer.step()
 
 
-def batched(features, cells, steps, device):
+def batched(features, cells, steps, device):  # train_group builds on devices.use's device
     hiddens = [hidden_size(features, r) for _, r in cells]
     for hidden in sorted(set(hiddens)):
         group = [k for k, h in enumerate(hiddens) if h == hidden]

@@ -188,7 +188,7 @@ def test_chapters_and_jobs_are_checked_before_any_work(tmp_path):
         with pytest.raises(ValueError, match="jobs must be an integer >= 1"):
             book.build("ci", tmp_path, jobs=jobs)
     assert list(tmp_path.iterdir()) == []
-    assert book.check_jobs(None, 5) == min(os.cpu_count(), 5) and book.check_jobs(8, 3) == 3
+    assert book.check_jobs(None, "cpu") == os.cpu_count() and book.check_jobs(8, "cpu") == 8
 
 
 # --- the paper profile's records ---------------------------------------------------------------
@@ -213,6 +213,17 @@ def test_records_are_checked_written_and_read_back(tmp_path):
     assert records.check(good) == []
     path = records.write("99_example", good["rows"], good["provenance"], folder=tmp_path)
     assert records.load(tmp_path) == {"99_example": good} and path.name == "99_example.json"
+    # A rebuild served from the cache keeps the record of the run that computed the rows.
+    same = records.recorded_before("99_example", good["rows"],
+                                   {**good["provenance"], "wall_time_s": 2.0}, folder=tmp_path)
+    assert same == good
+    for changed in ({"torch": "2.14.0"}, {"code": "new"}, {"device_type": "cpu"}):
+        assert records.recorded_before("99_example", good["rows"],
+                                       {**good["provenance"], **changed}, folder=tmp_path) is None
+    assert records.recorded_before("99_example", [_row("a", True)], good["provenance"],
+                                   folder=tmp_path) is None
+    assert records.recorded_before("98_none", good["rows"], good["provenance"],
+                                   folder=tmp_path) is None
     bad = [_record([]), _record([_row("a", True), _row("a", True)]),
            _record([_row("a", True, profile="cpu")]), _record([_row("a", True)], device_type="tpu"),
            {**_record([_row("a", True)]), "provenance": {"device": "x"}},

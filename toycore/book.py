@@ -5,10 +5,11 @@
 1. The book's sources (_config.yml, _toc.yml, intro.md, references.bib) are copied to
    ``<build>/source``; each chapter in _toc.yml is executed by papermill with its ``profile``
    and ``device`` parameters into ``<build>/source/chapters/``. Committed notebooks are never
-   written to. Chapters run side by side in worker processes (``--jobs``, default one per core),
-   each kernel with an equal share of the cores as torch threads (one each on two cores: two
-   processes with one thread each do not slow each other there, with two threads each they
-   did, 3.5x), the longest chapters of the last build first.
+   written to. Chapters run side by side in worker processes (``--jobs``, default one per core
+   on the CPU, one on a GPU), the longest of the last build first, and their sweeps' shards on
+   a local Dask cluster of as many workers; each process has an equal share of the cores as
+   torch threads (one each on two cores: two processes with one thread each do not slow each
+   other there, with two threads each they did, 3.5x).
 2. Expensive results go through ``toycore.cache``, so re-executing with nothing changed is quick.
 3. The chapters' claims ledgers (``<build>/claims/*.json``) are summarised into the intro page,
    beside the paper profile's recorded verdicts (``toycore.records``); a ``paper`` build
@@ -202,13 +203,14 @@ def select_chapters(names=None):
     return chosen
 
 
-def check_jobs(jobs, count):
-    """How many chapters to execute at once: ``jobs``, default one per core, at most ``count``."""
+def check_jobs(jobs, device):
+    """How many processes compute: ``jobs``, by default one per core on the CPU and one on a
+    GPU (processes would take turns on it; one kernel runs each batched shard there in turn)."""
     if jobs is None:
-        jobs = os.cpu_count() or 1
+        jobs = 1 if devices.resolve(device).type == "cuda" else (os.cpu_count() or 1)
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
         raise ValueError(f"jobs must be an integer >= 1; got {jobs!r}")
-    return min(jobs, count)
+    return jobs
 
 
 @contextlib.contextmanager
@@ -234,11 +236,12 @@ def _execute_in_worker(notebook, output, profile, device, variables):
 
 
 def execute_all(notebooks, source, profile, device, jobs, variables, log, on_done):
-    """Execute the chapters, ``jobs`` at a time, longest first by ``<build>/timings.json``
+    """Execute the chapters, ``jobs`` at a time (and with ``jobs`` > 1, every shard on a local
+    cluster of ``jobs`` workers, even for one chapter), longest first by ``<build>/timings.json``
     (with no timings, later chapters first: the book goes from small models to large ones).
     ``on_done(notebook, seconds)`` runs as each finishes. After a failure, the chapters still
     running finish (what they compute is cached), the others do not start, and the first
-    failure is raised."""
+    failure (a failed cell, a dead kernel, a record refused) is raised."""
     timings_file = Path(variables["TOYCORE_BUILD_DIR"]) / "timings.json"
     timings = json.loads(timings_file.read_text()) if timings_file.exists() else {}
     known = timings.get(profile, {})
@@ -259,41 +262,49 @@ def execute_all(notebooks, source, profile, device, jobs, variables, log, on_don
         return
     threads = max(1, (os.cpu_count() or 1) // jobs)
     variables = {**variables, "OMP_NUM_THREADS": str(threads)}
-    log(f"executing {len(order)} chapters (profile {profile}, {device}), {jobs} at a time with "
-        f"{threads} torch thread(s) each ...")
+    at_once = min(jobs, len(order))
+    log(f"executing {len(order)} chapter(s) (profile {profile}, {device}), {at_once} at a time, "
+        f"torch on {threads} thread(s) in each process ...")
     failure = None
     context = multiprocessing.get_context("spawn")  # a fresh interpreter: no torch state forked
     with shard_cluster(jobs, threads, log) as address, \
-            concurrent.futures.ProcessPoolExecutor(jobs, mp_context=context) as pool:
+            concurrent.futures.ProcessPoolExecutor(at_once, mp_context=context) as pool:
         if address:
             variables = {**variables, "TOYCORE_SCHEDULER": address}
-        futures = {pool.submit(_execute_in_worker, notebook, source / notebook.name, profile,
-                               device, variables): notebook for notebook in order}
-        for future in concurrent.futures.as_completed(futures):
-            notebook = futures[future]
-            try:
-                done(notebook, future.result())
-            except concurrent.futures.CancelledError:
-                continue
-            except BuildError as error:
-                if failure is None:
-                    failure = error
-                    log(f"{notebook.relative_to(REPO_ROOT)} failed; the chapters still running "
-                        f"finish, so that their results are cached")
-                    for other in futures:
-                        other.cancel()
+        waiting, running = list(order), {}
+        while waiting or running:
+            # Hand the pool only what starts now: a queued chapter could not be held back later.
+            while waiting and len(running) < at_once and failure is None:
+                notebook = waiting.pop(0)
+                running[pool.submit(_execute_in_worker, notebook, source / notebook.name, profile,
+                                    device, variables)] = notebook
+            if not running:
+                break
+            ended, _ = concurrent.futures.wait(running,
+                                               return_when=concurrent.futures.FIRST_COMPLETED)
+            for future in ended:
+                notebook = running.pop(future)
+                try:
+                    done(notebook, future.result())
+                except Exception as error:
+                    if failure is None:
+                        failure = error
+                        log(f"{notebook.relative_to(REPO_ROOT)} failed; the chapters still "
+                            f"running finish, so that their results are cached")
     if failure is not None:
         raise failure
 
 
 def build(profile=None, build_dir=None, log=print, device=None, jobs=None, only=None):
     """Execute the chapters under ``profile`` on ``device`` and build ``<build>/html``; returns
-    index.html. ``jobs``: chapters executed at once (default: one per core). ``only``: chapter
-    names (see ``select_chapters``) to execute and record without rendering; returns None."""
+    index.html. ``jobs``: processes computing, chapters and shards (default: one per core on
+    the CPU, one on a GPU). ``only``: chapter names (see ``select_chapters``) to execute and
+    record without rendering; returns None."""
     profile = resolve_profile(profile)
     device = str(devices.resolve(device))  # a bad device or a missing GPU stops here
     notebooks = select_chapters(only)
-    jobs = check_jobs(jobs, len(notebooks))
+    jobs = check_jobs(jobs, device)
+    at_once = min(jobs, len(notebooks))
     build_dir = Path(build_dir or default_build_dir()).resolve()
     source = build_dir / "source"
     if source.exists() and not only:
@@ -316,8 +327,14 @@ def build(profile=None, build_dir=None, log=print, device=None, jobs=None, only=
         log(f"  {notebook.stem} done in {seconds:.0f} s")
         if profile == "paper":
             rows = load_ledgers(claims).get(notebook.stem)
-            if rows:
-                path = records.write(notebook.stem, rows, records.provenance(device, seconds, jobs))
+            if not rows:
+                return
+            given = records.provenance(device, seconds, at_once)
+            kept = records.recorded_before(notebook.stem, rows, given)
+            if kept:  # every result came from the cache: the record's time is the real run's
+                log(f"  same results as the record of {kept['provenance']['recorded']}, kept")
+            else:
+                path = records.write(notebook.stem, rows, given)
                 log(f"  recorded in {path.relative_to(REPO_ROOT)}")
 
     # The kernels papermill starts inherit these: the profile and device for code that reads
@@ -360,7 +377,8 @@ def main(argv=None):
     parser.add_argument("--device", default=None,
                         help="auto (default: the GPU when torch sees one), cpu, cuda or cuda:k")
     parser.add_argument("--jobs", type=int, default=None,
-                        help="chapters executed at once (default: one per core)")
+                        help="processes computing chapters and shards "
+                             "(default: one per core; 1 on a GPU)")
     parser.add_argument("--chapters", nargs="+", default=None, metavar="CHAPTER",
                         help="execute (and record) only these, e.g. 05_persian_rug or 05; no HTML")
     parser.add_argument("--build-dir", default=None, help="default: _build at the repository root")

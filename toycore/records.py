@@ -53,6 +53,23 @@ def provenance(device, wall_time_s, chapters_at_once):
                 recorded=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))
 
 
+# A record made with the same code, device type and libraries, with the same rows, is the same
+# run's: a rebuild that found every result in the cache keeps it (see ``recorded_before``).
+SAME_RUN = ("code", "device_type", "torch", "numpy", "scipy")
+
+
+def recorded_before(chapter, rows, provenance, folder=None):
+    """The existing record of ``chapter`` if it holds these rows from the same code, device type
+    and libraries (its date and wall time are then the run that computed them), else None."""
+    path = (folder or FOLDER) / f"{chapter}.json"
+    if not path.exists():
+        return None
+    record = json.loads(path.read_text())
+    same = (json.dumps(record.get("rows")) == json.dumps(rows)
+            and all(record.get("provenance", {}).get(key) == provenance[key] for key in SAME_RUN))
+    return record if same else None
+
+
 def write(chapter, rows, provenance, folder=None):
     """Record one chapter's paper-profile ledger; returns the file's path."""
     record = dict(chapter=chapter, profile="paper", provenance=provenance, rows=rows)

@@ -58,7 +58,10 @@ def local_cluster(workers, threads=1):
     with dask.config.set(settings):
         return LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
                             dashboard_address=":0",  # any free port: no clash, no warning
-                            env={"OMP_NUM_THREADS": str(threads), "TOYCORE_PROGRESS": "0"})
+                            # dask's nanny sets all three to 1, and MKL's wins in torch
+                            env={**dict.fromkeys(("OMP_NUM_THREADS", "MKL_NUM_THREADS",
+                                                  "OPENBLAS_NUM_THREADS"), str(threads)),
+                                 "TOYCORE_PROGRESS": "0"})
 
 
 @functools.lru_cache(maxsize=None)

@@ -34,10 +34,8 @@ def scheduler():
     return address or None
 
 
-# Dask settings for workers (DASK_CONFIG=toycore/dask on a worker machine): dask's nanny starts
-# workers with MALLOC_TRIM_THRESHOLD_=65536, and setting it at all turns off glibc's adaptive
-# mmap threshold, so every large tensor is mapped and unmapped afresh: torch's training loops
-# ran 2.6x slower on such a worker than in-process. A worker that has it set says so (_compute).
+# Dask settings for workers (DASK_CONFIG=toycore/dask on a worker machine); workers.yaml says
+# why they matter. A worker started without them says so (_compute).
 WORKER_CONFIG = Path(__file__).parent / "dask"
 
 

@@ -3,6 +3,7 @@
 #                                    core) and build the HTML book; with CHAPTERS, execute and
 #                                    record only those (no HTML)
 # make test                          the whole test suite, chapters run in the `ci` profile
+#                                    (installs Debian's Chromium and npm first if missing)
 # make benchmark                     chapter 3's closed-form step against plain autograd,
 #                                    chapter 5's batched grid against a plain loop, and a
 #                                    sharded sweep on a local Dask cluster against in-process
@@ -14,7 +15,7 @@ SYSTEM_PYTHON ?= python3
 # The installed marker is rebuilt whenever the pins or the package metadata change.
 INSTALLED := $(VENV)/.installed
 
-.PHONY: book test benchmark clean
+.PHONY: book test benchmark clean test-system book-system
 
 # Refuse an unknown profile before any work, installing included.
 ifneq ($(words $(PROFILE)),1)
@@ -25,20 +26,45 @@ $(error Unknown PROFILE '$(PROFILE)': choose one of $(PROFILES))
 endif
 
 $(INSTALLED): requirements.txt pyproject.toml
-	@test -x $(PYTHON) || $(SYSTEM_PYTHON) -m venv $(VENV)
+	@test -x $(PYTHON) || $(SYSTEM_PYTHON) -m venv $(VENV) || { echo "could not create $(VENV):" \
+		"install Python's venv module (Debian: apt-get install python3-venv)" >&2; exit 1; }
 	$(PYTHON) -m pip install --quiet --upgrade pip
 	$(PYTHON) -m pip install --quiet -r requirements.txt
 	@touch $@
 
-book: $(INSTALLED)
+book: book-system $(INSTALLED)
 	$(PYTHON) -m toycore.book --profile $(PROFILE) $(if $(DEVICE),--device $(DEVICE)) \
 		$(if $(JOBS),--jobs $(JOBS)) $(if $(CHAPTERS),--chapters $(CHAPTERS))
 
 # One thread per process: the ci profile's models are tiny, so a second thread buys nothing
 # (4.1 min against 3.7 alone), while two processes each spinning two threads on two cores
 # slowed each other 3.5x; with one thread each, anything else running costs the tests nothing.
-test: $(INSTALLED)
+test: test-system $(INSTALLED)
 	OMP_NUM_THREADS=1 TOYCORE_PROFILE=ci $(PYTHON) -m pytest
+
+# What the tests need from Debian: Chromium, which the browser tests drive (never a browser that
+# Playwright downloads), and npm, with which the book fetches its JavaScript (the browser test
+# refuses every CDN). Installed when missing and the machine allows it (root, apt-get); otherwise
+# make test stops, before any test runs, with one line saying what to install. `make book` wants
+# npm too, but without it builds a book that loads its JavaScript from CDNs, and says so.
+define debian_package
+	@if ! command -v $(1) > /dev/null; then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get > /dev/null; then \
+			echo "installing Debian's $(2) ($(3))"; \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(2) > /dev/null; \
+		else \
+			echo "make $(subst -system,,$@) needs $(1) ($(3)): run 'sudo apt-get install $(2)'" >&2; \
+			$(4); \
+		fi; \
+	fi
+endef
+
+test-system:
+	$(call debian_package,chromium,chromium,the browser tests drive it,exit 1)
+	$(call debian_package,npm,npm,the book fetches its JavaScript with it,exit 1)
+
+book-system:
+	$(call debian_package,npm,npm,the book fetches its JavaScript with it,true)
 
 benchmark: $(INSTALLED)
 	$(PYTHON) benchmarks/tied_step.py

@@ -2,8 +2,7 @@
 
 The built HTML is served from 127.0.0.1, and also opened straight from disk (file://); every
 request to any other host is refused, as for a reader offline. Each page must render its math and every widget view, each precomputed
-explorer's sliders must change the figure shown, and no script may throw, except for the
-harmless errors listed below. A screenshot of each page is saved under _build/screenshots/.
+explorer's sliders must change the figure shown, and no script may throw. A screenshot of each page is saved under _build/screenshots/.
 """
 import functools
 import http.server
@@ -24,12 +23,6 @@ CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--disable-gpu", "--disable-background-networking", "--disable-component-update",
                  "--disable-sync", "--disable-quic", "--no-first-run"]
 SCREENSHOTS = REPO_ROOT / "_build" / "screenshots"
-# Page errors known to be harmless, each with the reason.
-HARMLESS_ERRORS = {
-    # sphinx-thebe 0.3.1 writes its inline configuration script into each page twice; the
-    # second copy re-declares the same constants and throws, the first has already set them.
-    "Identifier 'THEBE_JS_URL' has already been declared",
-}
 CHAPTER_PAGES = [f"chapters/{notebook.stem}" for notebook in book.chapters()]
 PAGES = ["intro"] + CHAPTER_PAGES
 
@@ -119,8 +112,7 @@ def test_page_needs_nothing_from_outside_and_throws_nothing(pages, name):
         SCREENSHOTS.mkdir(parents=True, exist_ok=True)
         page.page.screenshot(path=str(SCREENSHOTS / f"{Path(name).name}.png"), full_page=True)
     assert page.refused == [], f"{name}: requests left the machine: {page.refused}"
-    unexpected = [error for error in page.errors if error not in HARMLESS_ERRORS]
-    assert unexpected == [], f"{name}: uncaught errors in the page: {unexpected}"
+    assert page.errors == [], f"{name}: uncaught errors in the page: {page.errors}"
     assert page.unsettled is None, f"{name}: math or widgets never finished: {page.unsettled}"
 
 

@@ -21,7 +21,8 @@
    so the HTML shows widgets and math with no network (or from CDNs, with a warning, without npm).
 A failing cell stops the build, naming the chapter and the cell; no page with a traceback is
 published. ``--chapters`` executes (and, in the paper profile, records) only the chapters named,
-for a machine whose sessions are too short for the whole book; it renders no HTML.
+for a machine whose sessions are too short for the whole book; it renders no HTML, nor does
+``--no-html``, with which Binder's image build fills the result cache.
 """
 import argparse
 import concurrent.futures
@@ -30,6 +31,7 @@ import html
 import json
 import multiprocessing
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -55,6 +57,8 @@ LEDGER_ANCHOR = "claims-ledger"  # the id of each chapter's "## Claims ledger" h
 # The longest a single cell may run, per profile: a stuck or pathologically slow cell fails the
 # build naming its chapter instead of silently using up CI's time. `paper` runs on a GPU, unbounded.
 CELL_TIMEOUT_S = {"ci": 600, "cpu": 3600, "paper": None}
+REPOSITORY_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})/[A-Za-z0-9._-]{1,100}")
+BINDERHUB_URL = "https://mybinder.org"
 
 
 class BuildError(RuntimeError):
@@ -163,6 +167,33 @@ def notebook_title(notebook):
                 if line.startswith("# "):
                     return line[2:].strip()
     return notebook.stem
+
+
+def repository(environ=os.environ):
+    """The book's GitHub repository, ``owner/name``: ``$TOYCORE_REPOSITORY``, else the
+    ``$GITHUB_REPOSITORY`` that GitHub Actions sets, else None (no repository, no buttons)."""
+    name = environ.get("TOYCORE_REPOSITORY") or environ.get("GITHUB_REPOSITORY") or None
+    if name is not None and not REPOSITORY_NAME.fullmatch(name):
+        raise ValueError(f"TOYCORE_REPOSITORY / GITHUB_REPOSITORY must be a GitHub repository "
+                         f"as owner/name, e.g. toycore/toy-superposition-book; got {name!r}")
+    return name
+
+
+def set_repository(config_file, name):
+    """Point a _config.yml (the build's copy) at GitHub repository ``name``: the repository and
+    issue buttons, and a Binder button on each chapter that opens it in JupyterLab. With no
+    name, the book has none of these, rather than links to a repository that may not exist."""
+    config = yaml.safe_load(config_file.read_text())
+    buttons = config.setdefault("html", {})
+    if name:
+        config.setdefault("repository", {})["url"] = f"https://github.com/{name}"
+        config.setdefault("launch_buttons", {})["binderhub_url"] = BINDERHUB_URL
+    else:
+        config.get("repository", {}).pop("url", None)
+        config.get("launch_buttons", {}).pop("binderhub_url", None)
+    for button in ("use_repository_button", "use_issues_button"):
+        buttons[button] = bool(name)
+    config_file.write_text(yaml.safe_dump(config, sort_keys=False))
 
 
 def add_sphinx_config(config_file, settings):
@@ -295,24 +326,27 @@ def execute_all(notebooks, source, profile, device, jobs, variables, log, on_don
         raise failure
 
 
-def build(profile=None, build_dir=None, log=print, device=None, jobs=None, only=None):
+def build(profile=None, build_dir=None, log=print, device=None, jobs=None, only=None, render=True):
     """Execute the chapters under ``profile`` on ``device`` and build ``<build>/html``; returns
     index.html. ``jobs``: processes computing, chapters and shards (default: one per core on
     the CPU, one on a GPU). ``only``: chapter names (see ``select_chapters``) to execute and
-    record without rendering; returns None."""
+    record without rendering; returns None, as with ``render=False``."""
     profile = resolve_profile(profile)
     device = str(devices.resolve(device))  # a bad device or a missing GPU stops here
+    github = repository()
     notebooks = select_chapters(only)
+    render = render and not only
     jobs = check_jobs(jobs, device)
     at_once = min(jobs, len(notebooks))
     build_dir = Path(build_dir or default_build_dir()).resolve()
     source = build_dir / "source"
-    if source.exists() and not only:
+    if source.exists() and render:
         shutil.rmtree(source)
     (source / "chapters").mkdir(parents=True, exist_ok=True)
     for name in BOOK_FILES:
         shutil.copy2(REPO_ROOT / name, source / name)
-    if not only:
+    set_repository(source / "_config.yml", github)
+    if render:
         try:
             self_contained = offline.vendor(build_dir / "offline", log=log)
         except offline.AssetError as error:
@@ -348,8 +382,8 @@ def build(profile=None, build_dir=None, log=print, device=None, jobs=None, only=
     missing = [nb.stem for nb in notebooks if nb.stem not in ledgers]
     if missing:
         raise BuildError(f"these chapters wrote no claims ledger: {', '.join(missing)}")
-    if only:
-        log("executed the chapters named; the HTML is rendered only by a build of every chapter")
+    if not render:
+        log("executed the chapters; the HTML is rendered only by a build of every chapter")
         return None
     titles = {nb.stem: notebook_title(nb) for nb in notebooks}
     ledgers = {stem: ledgers[stem] for stem in titles}  # in the book's order
@@ -360,6 +394,12 @@ def build(profile=None, build_dir=None, log=print, device=None, jobs=None, only=
                                                              code_hash())))
 
     log("rendering the HTML ...")
+    return render_html(source, build_dir)
+
+
+def render_html(source, build_dir):
+    """Sphinx renders the executed book in ``source`` into ``<build_dir>/html``, warnings as
+    errors; returns index.html."""
     jupyter_book = Path(sys.executable).parent / "jupyter-book"
     subprocess.run([str(jupyter_book), "config", "sphinx", str(source)], check=True,
                    stdout=subprocess.DEVNULL)
@@ -381,11 +421,13 @@ def main(argv=None):
                              "(default: one per core; 1 on a GPU)")
     parser.add_argument("--chapters", nargs="+", default=None, metavar="CHAPTER",
                         help="execute (and record) only these, e.g. 05_persian_rug or 05; no HTML")
+    parser.add_argument("--no-html", action="store_true",
+                        help="execute (and record) the chapters, render no HTML")
     parser.add_argument("--build-dir", default=None, help="default: _build at the repository root")
     args = parser.parse_args(argv)
     try:
         index = build(args.profile, args.build_dir, device=args.device, jobs=args.jobs,
-                      only=args.chapters)
+                      only=args.chapters, render=not args.no_html)
     except (BuildError, ValueError) as error:
         print(f"book build failed: {error}", file=sys.stderr)
         return 1

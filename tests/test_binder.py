@@ -40,12 +40,11 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
-from playwright.sync_api import sync_playwright
 
 from toycore import book
 from toycore.paths import REPO_ROOT
 
-from test_browser import CHROMIUM, CHROMIUM_ARGS
+from test_browser import browser  # noqa: F401 (the browser tests' Chromium, as a fixture)
 
 pytestmark = pytest.mark.skipif(os.environ.get("TOYCORE_BINDER_TEST") != "1",
                                 reason="the Binder test runs with TOYCORE_BINDER_TEST=1 (see its docstring)")
@@ -156,16 +155,6 @@ def api(server, path, method="GET"):
     with urllib.request.urlopen(request, timeout=30) as response:
         body = response.read()
     return json.loads(body) if body else None
-
-
-@pytest.fixture(scope="module")
-def browser():
-    if not CHROMIUM.exists():
-        pytest.fail("the Binder test needs Debian's Chromium: apt-get install chromium")
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        yield browser
-        browser.close()
 
 
 def only_local(route):

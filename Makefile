@@ -4,6 +4,7 @@
 #                                    record only those (no HTML)
 # make test                          the whole test suite, chapters run in the `ci` profile
 #                                    (installs Debian's Chromium and npm first if missing)
+# make clean-cache                   remove cached results that no current code can use
 # make benchmark                     chapter 3's closed-form step against plain autograd,
 #                                    chapter 5's batched grid against a plain loop, and a
 #                                    sharded sweep on a local Dask cluster against in-process
@@ -15,7 +16,7 @@ SYSTEM_PYTHON ?= python3
 # The installed marker is rebuilt whenever the pins or the package metadata change.
 INSTALLED := $(VENV)/.installed
 
-.PHONY: book test benchmark clean test-system book-system
+.PHONY: book test benchmark clean clean-cache test-system book-system
 
 # Refuse an unknown profile before any work, installing included.
 ifneq ($(words $(PROFILE)),1)
@@ -73,3 +74,7 @@ benchmark: $(INSTALLED)
 
 clean:
 	rm -rf _build
+
+# Remove the result cache's folders that no current code, device type or library versions use.
+clean-cache: $(INSTALLED)
+	$(PYTHON) -m toycore.cache --prune

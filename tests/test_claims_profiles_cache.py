@@ -105,4 +105,5 @@ def test_every_toycore_module_is_classed_as_computing_or_outside_the_key():
     computing = {"__init__.py", "cache.py", "data.py", "models.py", "noise.py", "paths.py",
                  "profiles.py", "seeding.py", "train.py", "theory", "experiments"}
     assert modules - cache.OUTSIDE_KEY == computing
+    assert cache.SHARED | set(cache.CHAPTER_PACKAGES) == computing
     assert cache.OUTSIDE_KEY <= modules

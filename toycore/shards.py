@@ -83,7 +83,7 @@ def _compute(shard, root, device, key, args, kwargs):
         raise RuntimeError(f"this worker's toycore code or library versions differ from the "
                            f"caller's (cache key {here}, the caller's {key}): install the same "
                            f"commit and pins on every worker")
-    return cache.memorized(shard.uncached, root, device)(*args, **kwargs)
+    return cache.call(shard.uncached, args, kwargs, root, device)
 
 
 def run(shard, calls, desc="shards"):

@@ -39,6 +39,8 @@ def test_chapter_pages_have_figures_widgets_and_no_errors(built):
         views = soup.find_all("script", type="application/vnd.jupyter.widget-view+json")
         assert len(views) >= 2
         assert "Traceback" not in html and "output stderr" not in html
+        # papermill's injected parameters stay out of the page; the chapter's own cell shows
+        assert "# Parameters" not in soup.get_text() and "profile = None" in soup.get_text()
         assert not re.search(r"\b(Error|Exception):", soup.get_text()), f"{stem}: error text"
 
 
@@ -81,6 +83,117 @@ def test_a_cell_past_the_profiles_time_limit_fails_the_build_naming_the_chapter(
                                               r"(.|\n)*time.sleep\(60\)"):
         book.execute_chapter(notebook, tmp_path / "out.ipynb", "ci")
     assert time.perf_counter() - start < 30
+
+
+def probe_notebook(path, *sources):
+    import nbformat
+
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source) for source in sources])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, path)
+    return path
+
+
+def test_a_kernel_that_dies_fails_the_build_naming_chapter_and_cell(tmp_path):
+    import nbformat
+
+    notebook = probe_notebook(tmp_path / "_dying_probe.ipynb", "profile = None", "x = 1",
+                              "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)", "y = 2")
+    output = tmp_path / "out.ipynb"
+    with pytest.raises(book.BuildError, match=r"_dying_probe.ipynb: the kernel died during cell 2 "
+                                              r"\(counting from 0, starting `import os, signal`\)"):
+        book.execute_chapter(notebook, output, "ci")
+    # The executed copy says which cell failed and that the one after it never ran.
+    statuses = [cell.metadata.papermill["status"]
+                for cell in nbformat.read(output, as_version=4).cells
+                if "injected-parameters" not in cell.metadata.get("tags", [])]
+    assert statuses == ["completed", "completed", "failed", "pending"]
+
+
+# The probe notebook as the whole book, built by `python -m toycore.book` as a user would.
+BOOK_OF_ONE = """
+import sys
+from pathlib import Path
+from toycore import book
+book.chapters = lambda root=None: [Path(sys.argv[1])]  # the probe is the whole book
+sys.exit(book.main(["--profile", "ci", "--device", "cpu", "--jobs", sys.argv[2], "--no-html",
+                    "--build-dir", sys.argv[3]]))
+"""
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_ctrl_c_ends_the_build_in_one_line_naming_chapter_and_cell(tmp_path, jobs):
+    import nbformat
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    notebook = probe_notebook(tmp_path / "_sleeping_probe.ipynb", "profile = None",
+                              "import time\ntime.sleep(300)")
+    build_dir = tmp_path / "build"
+    executed = build_dir / "source" / "chapters" / notebook.name
+    # A session of its own, so that Ctrl-C (SIGINT to the foreground process group) reaches the
+    # build and its workers as a terminal would send it, and nothing else.
+    process = subprocess.Popen([sys.executable, "-c", BOOK_OF_ONE, str(notebook), str(jobs),
+                                str(build_dir)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, start_new_session=True)
+    deadline = time.time() + 120
+    while time.time() < deadline:  # until papermill has started the sleeping cell
+        try:
+            cells = nbformat.read(executed, as_version=4).cells
+            if cells[-1].metadata.papermill.get("start_time"):
+                break
+        except (OSError, ValueError, AttributeError, IndexError):
+            pass
+        time.sleep(0.5)
+    else:
+        process.kill()
+        pytest.fail("the probe's sleeping cell never started")
+    start = time.perf_counter()
+    os.killpg(process.pid, signal.SIGINT)
+    _, stderr = process.communicate(timeout=60)
+    assert time.perf_counter() - start < 30  # the build did not wait for the cell
+    assert process.returncode == 130
+    assert "Traceback" not in stderr, stderr
+    assert stderr.strip().splitlines()[-1].endswith(
+        "_sleeping_probe.ipynb, cell 1 (counting from 0, starting `import time`); "
+        "finished results are kept"), stderr
+
+
+def test_a_chapter_process_that_dies_fails_the_build_in_one_line_naming_chapter_and_cell(tmp_path):
+    import subprocess
+    import sys
+
+    # The kernel kills the process that runs its chapter (papermill, in a worker of the pool).
+    notebook = probe_notebook(tmp_path / "_killer_probe.ipynb", "profile = None",
+                              "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)")
+    result = subprocess.run([sys.executable, "-c", BOOK_OF_ONE, str(notebook), "2",
+                             str(tmp_path / "build")], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr, result.stderr
+    assert re.search(r"book build failed: a chapter's process died \(killed, or out of memory\) "
+                     r"while running \S*_killer_probe.ipynb at cell 1 \(counting from 0, "
+                     r"starting `import os, signal`\)", result.stderr), result.stderr
+
+
+def test_a_second_build_in_the_same_folder_waits_for_the_first_saying_so(tmp_path):
+    import threading
+
+    said, entered = [], threading.Event()
+
+    def second_build():
+        with book.build_lock(tmp_path, said.append):
+            entered.set()
+
+    with book.build_lock(tmp_path, print):
+        waiting = threading.Thread(target=second_build)
+        waiting.start()
+        assert not entered.wait(1.0)  # the second build does not start while the first runs
+    assert entered.wait(10.0)  # and starts as soon as the first is done
+    waiting.join()
+    assert said == [f"another build is using {tmp_path} (process {__import__('os').getpid()}); "
+                    f"waiting for it to finish ..."]
 
 
 def test_the_build_leaves_the_callers_environment_as_it_was(built, monkeypatch):

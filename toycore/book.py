@@ -27,21 +27,25 @@ for a machine whose sessions are too short for the whole book; it renders no HTM
 import argparse
 import concurrent.futures
 import contextlib
+import fcntl
+import gc
 import html
 import json
 import multiprocessing
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import nbformat
 import papermill
 import yaml
-from nbclient.exceptions import CellTimeoutError
+from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from papermill.exceptions import PapermillExecutionError
 
 from . import devices, offline, records, shards
@@ -65,6 +69,10 @@ class BuildError(RuntimeError):
     pass
 
 
+class BuildInterrupted(RuntimeError):
+    """Ctrl-C during a build; the message says where it stopped."""
+
+
 def chapters(root=REPO_ROOT):
     """The chapter notebooks listed in _toc.yml, in order."""
     toc = yaml.safe_load((root / "_toc.yml").read_text())
@@ -72,28 +80,98 @@ def chapters(root=REPO_ROOT):
     return [root / f"{entry}.ipynb" for entry in entries]
 
 
+def shown(notebook):
+    """A notebook's path as messages give it: from the repository's root."""
+    return os.path.relpath(notebook, REPO_ROOT)
+
+
 def execute_chapter(notebook, output, profile, device=None):
-    """Run one chapter with papermill; a failing or timed-out cell raises BuildError naming it."""
+    """Run one chapter with papermill; a failing or timed-out cell, or a kernel that dies,
+    raises BuildError naming the chapter and the cell, and Ctrl-C BuildInterrupted."""
     timeout = CELL_TIMEOUT_S[resolve_profile(profile)]
+    chapter = shown(notebook)
     try:
         papermill.execute_notebook(str(notebook), str(output),
                                    parameters={"profile": profile, "device": device},
                                    kernel_name="python3", cwd=str(notebook.parent),
-                                   progress_bar=False, execution_timeout=timeout)
+                                   progress_bar=False, execution_timeout=timeout,
+                                   # Killed when done: a kernel asked to shut down while its
+                                   # cell runs (Ctrl-C) prints a traceback of its own.
+                                   shutdown_kernel="immediate")
     except CellTimeoutError as error:
-        raise BuildError(f"{os.path.relpath(notebook, REPO_ROOT)}: a cell ran past the {profile} "
+        raise BuildError(f"{chapter}: a cell ran past the {profile} "
                          f"profile's {timeout} s limit.\n{error}") from None
     except PapermillExecutionError as error:
-        # papermill inserts a cell of injected parameters; number cells as the committed notebook does
         executed = nbformat.read(output, as_version=4)
-        injected = [i for i, cell in enumerate(executed.cells)
-                    if "injected-parameters" in cell.metadata.get("tags", [])]
-        index = error.cell_index - (1 if injected and injected[0] < error.cell_index else 0)
-        first_line = error.source.strip().splitlines()[0] if error.source.strip() else ""
         raise BuildError(
-            f"{os.path.relpath(notebook, REPO_ROOT)}: cell {index} (counting from 0, "
-            f"starting `{first_line}`) raised {error.ename}: {error.evalue}\n"
-            f"The executed copy with the traceback is {output}") from None
+            f"{chapter}: {committed_cell(executed, error.cell_index, error.source)} raised "
+            f"{error.ename}: {error.evalue}\nThe executed copy with the traceback is "
+            f"{output}") from None
+    except DeadKernelError:
+        raise BuildError(f"{chapter}: the kernel died during {stopped_cell(output)} (it was "
+                         f"killed, or ran out of memory)") from None
+    except KeyboardInterrupt as interrupt:
+        _kill_kernels()
+        with warnings.catch_warnings():  # nbclient's kernel cleanup, cut short, is moot now
+            warnings.simplefilter("ignore", RuntimeWarning)
+            interrupt.__traceback__ = None
+            gc.collect()
+        raise BuildInterrupted(f"interrupted during {chapter}, {stopped_cell(output)}; "
+                               f"finished results are kept") from None
+    hide_injected_parameters(output)
+
+
+def hide_injected_parameters(output):
+    """Keep papermill's cell of injected parameters out of the page (Jupyter Book's remove-cell
+    tag): the chapter's own parameters cell, just above it, says what may be set."""
+    executed = nbformat.read(output, as_version=4)
+    for cell in executed.cells:
+        tags = cell.metadata.get("tags", [])
+        if "injected-parameters" in tags and "remove-cell" not in tags:
+            cell.metadata["tags"] = [*tags, "remove-cell"]
+    nbformat.write(executed, output)
+
+
+def _kill_kernels():
+    """Kill this process's Jupyter kernels: Ctrl-C cuts papermill short before it shuts its
+    kernel down, and the kernel would go on running its cell until it noticed us gone."""
+    for process in Path("/proc").glob("[0-9]*"):  # Linux; elsewhere the kernel ends by itself
+        try:
+            parent = int((process / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            if parent == os.getpid() and b"ipykernel" in (process / "cmdline").read_bytes():
+                os.kill(int(process.name), signal.SIGKILL)
+        except (OSError, ValueError, IndexError):
+            continue
+
+
+def committed_cell(executed, index, source):
+    """Cell ``index`` (with ``source``) of papermill's executed copy, named as in the committed
+    notebook: papermill inserts a cell of injected parameters, which that notebook lacks."""
+    injected = [i for i, cell in enumerate(executed.cells)
+                if "injected-parameters" in cell.metadata.get("tags", [])]
+    number = index - (1 if injected and injected[0] < index else 0)
+    first_line = source.strip().splitlines()[0] if source.strip() else ""
+    return f"cell {number} (counting from 0, starting `{first_line}`)"
+
+
+def stopped_cell(output):
+    """The cell a chapter's execution stopped in, without an error of its own (a dead kernel,
+    Ctrl-C): the last cell papermill started in the executed copy ``output``. papermill then
+    marks every cell completed; the copy is corrected to say which failed and which never ran."""
+    try:
+        executed = nbformat.read(output, as_version=4)
+    except (OSError, ValueError):
+        return "its start"
+    started = [i for i, cell in enumerate(executed.cells)
+               if cell.metadata.get("papermill", {}).get("start_time")]
+    if not started:
+        return "its start"
+    stopped = started[-1]
+    for index, cell in enumerate(executed.cells[stopped:], start=stopped):
+        if "papermill" in cell.metadata:
+            cell.metadata.papermill["status"] = "failed" if index == stopped else "pending"
+    nbformat.write(executed, output)
+    return committed_cell(executed, stopped, executed.cells[stopped].source)
 
 
 def ledger_summary(ledgers, titles):
@@ -253,9 +331,40 @@ def shard_cluster(jobs, threads, log):
     if shards.scheduler():
         yield None
         return
-    with shards.local_cluster(jobs, threads) as cluster:
+    with contextlib.ExitStack() as stack:
+        with _interrupts_ignored():  # the workers inherit it
+            cluster = stack.enter_context(shards.local_cluster(jobs, threads))
         log(f"  shards go to a local Dask cluster of {jobs} workers ({cluster.scheduler_address})")
         yield cluster.scheduler_address
+
+
+@contextlib.contextmanager
+def _interrupts_ignored():
+    """Ctrl-C reaches the whole process group; processes started in this block ignore it, and
+    the main process alone answers it, so that a build ends in one line, not a traceback each."""
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _worker_signals():
+    """A chapter worker's initializer: Ctrl-C is the main process's to answer, and SIGTERM, with
+    which the main process stops it, interrupts its chapter as Ctrl-C would in one process:
+    papermill shuts the kernel down and the executed copy says where it stopped."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+
+
+def _stop_workers(pool):
+    """Interrupt a process pool's chapters now (shutting it down would wait for them); each
+    worker's chapter ends in BuildInterrupted, which its future reports."""
+    workers = list(pool._processes.values())  # the pool has no public way to do this
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in workers:
+        process.terminate()
+    pool.shutdown(wait=True)
 
 
 def _execute_in_worker(notebook, output, profile, device, variables):
@@ -286,7 +395,7 @@ def execute_all(notebooks, source, profile, device, jobs, variables, log, on_don
     if jobs == 1:
         with environment(**variables):
             for notebook in order:
-                log(f"executing {notebook.relative_to(REPO_ROOT)} (profile {profile}, {device}) ...")
+                log(f"executing {shown(notebook)} (profile {profile}, {device}) ...")
                 start = time.perf_counter()
                 execute_chapter(notebook, source / notebook.name, profile, device)
                 done(notebook, time.perf_counter() - start)
@@ -299,31 +408,70 @@ def execute_all(notebooks, source, profile, device, jobs, variables, log, on_don
     failure = None
     context = multiprocessing.get_context("spawn")  # a fresh interpreter: no torch state forked
     with shard_cluster(jobs, threads, log) as address, \
-            concurrent.futures.ProcessPoolExecutor(at_once, mp_context=context) as pool:
+            concurrent.futures.ProcessPoolExecutor(at_once, mp_context=context,
+                                                   initializer=_worker_signals) as pool:
         if address:
             variables = {**variables, "TOYCORE_SCHEDULER": address}
         waiting, running = list(order), {}
-        while waiting or running:
-            # Hand the pool only what starts now: a queued chapter could not be held back later.
-            while waiting and len(running) < at_once and failure is None:
-                notebook = waiting.pop(0)
-                running[pool.submit(_execute_in_worker, notebook, source / notebook.name, profile,
-                                    device, variables)] = notebook
-            if not running:
-                break
-            ended, _ = concurrent.futures.wait(running,
-                                               return_when=concurrent.futures.FIRST_COMPLETED)
-            for future in ended:
-                notebook = running.pop(future)
-                try:
-                    done(notebook, future.result())
-                except Exception as error:
-                    if failure is None:
-                        failure = error
-                        log(f"{notebook.relative_to(REPO_ROOT)} failed; the chapters still "
-                            f"running finish, so that their results are cached")
+        try:
+            while waiting or running:
+                # Hand the pool only what starts now: a queued chapter could not be held back later.
+                while waiting and len(running) < at_once and failure is None:
+                    notebook = waiting.pop(0)
+                    running[pool.submit(_execute_in_worker, notebook, source / notebook.name,
+                                        profile, device, variables)] = notebook
+                if not running:
+                    break
+                ended, _ = concurrent.futures.wait(running,
+                                                   return_when=concurrent.futures.FIRST_COMPLETED)
+                for future in ended:
+                    notebook = running.pop(future)
+                    try:
+                        done(notebook, future.result())
+                    except concurrent.futures.process.BrokenProcessPool:
+                        # A worker was killed (SIGKILL, out of memory), and the pool ended
+                        # every chapter it ran: which one's process died, it does not say.
+                        if failure is None:
+                            where = ", ".join(f"{shown(stopped)} at "
+                                              f"{stopped_cell(source / stopped.name)}"
+                                              for stopped in [notebook, *running.values()])
+                            failure = BuildError(f"a chapter's process died (killed, or out of "
+                                                 f"memory) while running {where}")
+                    except Exception as error:
+                        if failure is None:
+                            failure = error
+                            log(f"{shown(notebook)} failed; the chapters still "
+                                f"running finish, so that their results are cached")
+        except KeyboardInterrupt:
+            _stop_workers(pool)
+            where = "; ".join(f"{shown(notebook)}, "
+                              f"{stopped_cell(source / notebook.name)}"
+                              for notebook in running.values())
+            raise BuildInterrupted(f"interrupted during {where or 'the build'}; "
+                                   f"finished results are kept") from None
     if failure is not None:
         raise failure
+
+
+@contextlib.contextmanager
+def build_lock(build_dir, log):
+    """Hold ``<build>/build.lock`` while building: a second build in the same folder waits for
+    the first (both would rewrite ``source/`` and ``html/``), saying so in one line. Builds in
+    different folders do not wait for each other, even when they share a result cache."""
+    build_dir.mkdir(parents=True, exist_ok=True)
+    with open(build_dir / "build.lock", "a+") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.seek(0)
+            holder = lock.read().strip() or "another process"
+            log(f"another build is using {build_dir} ({holder}); waiting for it to finish ...")
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        lock.seek(0)
+        lock.truncate()
+        lock.write(f"process {os.getpid()}")
+        lock.flush()
+        yield  # the lock goes with the file's closing, also when the process dies
 
 
 def build(profile=None, build_dir=None, log=print, device=None, jobs=None, only=None, render=True):
@@ -339,62 +487,64 @@ def build(profile=None, build_dir=None, log=print, device=None, jobs=None, only=
     jobs = check_jobs(jobs, device)
     at_once = min(jobs, len(notebooks))
     build_dir = Path(build_dir or default_build_dir()).resolve()
-    source = build_dir / "source"
-    if source.exists() and render:
-        shutil.rmtree(source)
-    (source / "chapters").mkdir(parents=True, exist_ok=True)
-    for name in BOOK_FILES:
-        shutil.copy2(REPO_ROOT / name, source / name)
-    set_repository(source / "_config.yml", github)
-    if render:
-        try:
-            self_contained = offline.vendor(build_dir / "offline", log=log)
-        except offline.AssetError as error:
-            raise BuildError(str(error)) from None
-        if self_contained:
-            add_sphinx_config(source / "_config.yml", offline.sphinx_settings(build_dir / "offline"))
-    claims = build_dir / "claims"
-    for notebook in notebooks:  # a ledger from an earlier build must not pass for this one
-        (claims / f"{notebook.stem}.json").unlink(missing_ok=True)
+    with build_lock(build_dir, log):
+        source = build_dir / "source"
+        if source.exists() and render:
+            shutil.rmtree(source)
+        (source / "chapters").mkdir(parents=True, exist_ok=True)
+        for name in BOOK_FILES:
+            shutil.copy2(REPO_ROOT / name, source / name)
+        set_repository(source / "_config.yml", github)
+        if render:
+            try:
+                self_contained = offline.vendor(build_dir / "offline", log=log)
+            except offline.AssetError as error:
+                raise BuildError(str(error)) from None
+            if self_contained:
+                add_sphinx_config(source / "_config.yml",
+                                  offline.sphinx_settings(build_dir / "offline"))
+        claims = build_dir / "claims"
+        for notebook in notebooks:  # a ledger from an earlier build must not pass for this one
+            (claims / f"{notebook.stem}.json").unlink(missing_ok=True)
 
-    def finished(notebook, seconds):
-        log(f"  {notebook.stem} done in {seconds:.0f} s")
-        if profile == "paper":
-            rows = load_ledgers(claims).get(notebook.stem)
-            if not rows:
-                return
-            given = records.provenance(device, seconds, at_once)
-            kept = records.recorded_before(notebook.stem, rows, given)
-            if kept:  # every result came from the cache: the record's time is the real run's
-                log(f"  same results as the record of {kept['provenance']['recorded']}, kept")
-            else:
-                path = records.write(notebook.stem, rows, given)
-                log(f"  recorded in {path.relative_to(REPO_ROOT)}")
+        def finished(notebook, seconds):
+            log(f"  {notebook.stem} done in {seconds:.0f} s")
+            if profile == "paper":
+                rows = load_ledgers(claims).get(notebook.stem)
+                if not rows:
+                    return
+                given = records.provenance(device, seconds, at_once)
+                kept = records.recorded_before(notebook.stem, rows, given)
+                if kept:  # every result came from the cache: the record's time is the real run's
+                    log(f"  same results as the record of {kept['provenance']['recorded']}, kept")
+                else:
+                    path = records.write(notebook.stem, rows, given)
+                    log(f"  recorded in {path.relative_to(REPO_ROOT)}")
 
-    # The kernels papermill starts inherit these: the profile and device for code that reads
-    # them, the build folder for the ledgers, and no progress bars in the saved pages.
-    variables = dict(TOYCORE_PROFILE=profile, TOYCORE_DEVICE=device,
-                     TOYCORE_BUILD_DIR=str(build_dir), TOYCORE_PROGRESS="0")
-    execute_all(notebooks, source / "chapters", profile, device, jobs, variables, log, finished)
+        # The kernels papermill starts inherit these: the profile and device for code that reads
+        # them, the build folder for the ledgers, and no progress bars in the saved pages.
+        variables = dict(TOYCORE_PROFILE=profile, TOYCORE_DEVICE=device,
+                         TOYCORE_BUILD_DIR=str(build_dir), TOYCORE_PROGRESS="0")
+        execute_all(notebooks, source / "chapters", profile, device, jobs, variables, log, finished)
 
-    ledgers = {stem: rows for stem, rows in load_ledgers(claims).items()
-               if stem in {nb.stem for nb in notebooks}}
-    missing = [nb.stem for nb in notebooks if nb.stem not in ledgers]
-    if missing:
-        raise BuildError(f"these chapters wrote no claims ledger: {', '.join(missing)}")
-    if not render:
-        log("executed the chapters; the HTML is rendered only by a build of every chapter")
-        return None
-    titles = {nb.stem: notebook_title(nb) for nb in notebooks}
-    ledgers = {stem: ledgers[stem] for stem in titles}  # in the book's order
-    intro = source / "intro.md"
-    intro.write_text(intro.read_text()
-                     .replace(LEDGER_MARKER, ledger_summary(ledgers, titles))
-                     .replace(PAPER_MARKER, paper_comparison(ledgers, records.load(), titles,
-                                                             code_hash())))
+        ledgers = {stem: rows for stem, rows in load_ledgers(claims).items()
+                   if stem in {nb.stem for nb in notebooks}}
+        missing = [nb.stem for nb in notebooks if nb.stem not in ledgers]
+        if missing:
+            raise BuildError(f"these chapters wrote no claims ledger: {', '.join(missing)}")
+        if not render:
+            log("executed the chapters; the HTML is rendered only by a build of every chapter")
+            return None
+        titles = {nb.stem: notebook_title(nb) for nb in notebooks}
+        ledgers = {stem: ledgers[stem] for stem in titles}  # in the book's order
+        intro = source / "intro.md"
+        intro.write_text(intro.read_text()
+                         .replace(LEDGER_MARKER, ledger_summary(ledgers, titles))
+                         .replace(PAPER_MARKER, paper_comparison(ledgers, records.load(), titles,
+                                                                 code_hash())))
 
-    log("rendering the HTML ...")
-    return render_html(source, build_dir)
+        log("rendering the HTML ...")
+        return render_html(source, build_dir)
 
 
 def render_html(source, build_dir):
@@ -431,6 +581,12 @@ def main(argv=None):
     except (BuildError, ValueError) as error:
         print(f"book build failed: {error}", file=sys.stderr)
         return 1
+    except BuildInterrupted as error:
+        print(error, file=sys.stderr)
+        return 130
+    except KeyboardInterrupt:  # outside the chapters: fetching assets, rendering
+        print("interrupted; finished results are kept", file=sys.stderr)
+        return 130
     if index is not None:
         print(f"The book is at {index}")
     return 0

@@ -76,5 +76,6 @@ clean:
 	rm -rf _build
 
 # Remove the result cache's folders that no current code, device type or library versions use.
+# (Not `-m toycore.cache`: the package imports toycore.cache first, and runpy warns of that.)
 clean-cache: $(INSTALLED)
-	$(PYTHON) -m toycore.cache --prune
+	$(PYTHON) -c "import sys; from toycore import cache; sys.exit(cache.main(['--prune']))"

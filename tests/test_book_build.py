@@ -57,34 +57,6 @@ def test_ledgers_are_written_pass_and_reach_the_intro(built):
         assert f"chapters/{stem}.html" in intro
 
 
-def test_a_failing_cell_fails_the_build_naming_chapter_and_cell(tmp_path):
-    import nbformat
-
-    notebook = tmp_path / "_failing_probe.ipynb"
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("profile = None"),
-                                         nbformat.v4.new_code_cell("1 / 0")])
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    nbformat.write(nb, notebook)
-    with pytest.raises(book.BuildError, match=r"_failing_probe.ipynb: cell 1 .*`1 / 0`.*ZeroDivisionError"):
-        book.execute_chapter(notebook, tmp_path / "out.ipynb", "ci")
-
-
-def test_a_cell_past_the_profiles_time_limit_fails_the_build_naming_the_chapter(tmp_path, monkeypatch):
-    import nbformat
-
-    monkeypatch.setitem(book.CELL_TIMEOUT_S, "ci", 2)
-    notebook = tmp_path / "_slow_probe.ipynb"
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("profile = None"),
-                                         nbformat.v4.new_code_cell("import time\ntime.sleep(60)")])
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    nbformat.write(nb, notebook)
-    start = time.perf_counter()
-    with pytest.raises(book.BuildError, match=r"_slow_probe.ipynb: a cell ran past the ci profile's 2 s"
-                                              r"(.|\n)*time.sleep\(60\)"):
-        book.execute_chapter(notebook, tmp_path / "out.ipynb", "ci")
-    assert time.perf_counter() - start < 30
-
-
 def probe_notebook(path, *sources):
     import nbformat
 
@@ -92,6 +64,25 @@ def probe_notebook(path, *sources):
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nbformat.write(nb, path)
     return path
+
+
+def test_a_failing_cell_fails_the_build_naming_chapter_and_cell(tmp_path):
+    notebook = probe_notebook(tmp_path / "_failing_probe.ipynb", "profile = None", "1 / 0")
+    with pytest.raises(book.BuildError,
+                       match=r"_failing_probe.ipynb: cell 1 .*`1 / 0`.*ZeroDivisionError"):
+        book.execute_chapter(notebook, tmp_path / "out.ipynb", "ci")
+
+
+def test_a_cell_past_the_profiles_time_limit_fails_the_build_naming_the_chapter(tmp_path,
+                                                                                 monkeypatch):
+    monkeypatch.setitem(book.CELL_TIMEOUT_S, "ci", 2)
+    notebook = probe_notebook(tmp_path / "_slow_probe.ipynb", "profile = None",
+                              "import time\ntime.sleep(60)")
+    start = time.perf_counter()
+    with pytest.raises(book.BuildError, match=r"_slow_probe.ipynb: a cell ran past the ci profile's 2 s"
+                                              r"(.|\n)*time.sleep\(60\)"):
+        book.execute_chapter(notebook, tmp_path / "out.ipynb", "ci")
+    assert time.perf_counter() - start < 30
 
 
 def test_a_kernel_that_dies_fails_the_build_naming_chapter_and_cell(tmp_path):

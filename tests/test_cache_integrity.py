@@ -38,9 +38,9 @@ def package_copy(tmp_path, monkeypatch):
     environ = {**os.environ, "PYTHONPATH": str(root), "TOYCORE_CACHE": str(tmp_path / "cache"),
                "CALLS_LOG": str(calls)}
 
-    def run(code, **extra):
+    def run(code):
         result = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=root,
-                                env={**environ, **extra}, capture_output=True, text=True,
+                                env=environ, capture_output=True, text=True,
                                 timeout=120)
         return result
 

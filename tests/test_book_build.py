@@ -128,7 +128,10 @@ def test_ctrl_c_ends_the_build_in_one_line_naming_chapter_and_cell(tmp_path, job
     # build and its workers as a terminal would send it, and nothing else.
     process = subprocess.Popen([sys.executable, "-c", BOOK_OF_ONE, str(notebook), str(jobs),
                                 str(build_dir)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True, start_new_session=True)
+                               text=True, start_new_session=True,
+                               # as from a terminal, even when these tests run with SIGINT
+                               # ignored (a background job's), which Python would inherit
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.time() + 120
     while time.time() < deadline:  # until papermill has started the sleeping cell
         try:

@@ -73,7 +73,7 @@ def test_model_rejects_bad_parameters(kwargs, message):
 
 
 def test_importance_decay_must_be_in_unit_interval():
-    with pytest.raises(ValueError, match="decay must be in"):
+    with pytest.raises(ValueError, match=r"decay must be finite and in \(0, 1\]"):
         ex.importance_profile(4, 0.0)
 
 

@@ -48,7 +48,7 @@ from .paths import build_dir
 
 PACKAGE = Path(__file__).resolve().parent
 # The modules whose code decides what every computation returns.
-SHARED = {"__init__.py", "cache.py", "data.py", "models.py", "noise.py", "paths.py",
+SHARED = {"__init__.py", "cache.py", "checks.py", "data.py", "models.py", "noise.py", "paths.py",
           "profiles.py", "seeding.py", "train.py"}
 # Modules that do not change what a computation returns, so they stay out of the cache key.
 OUTSIDE_KEY = {"plots", "widgets.py", "claims.py", "book.py", "offline.py", "progress.py",

@@ -2,38 +2,14 @@
 import torch
 
 from . import devices
-from .seeding import check_seeds, generator
-
-
-def check_size(name, value, minimum=1):
-    """An integer size of at least ``minimum``; a clear error otherwise."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}; got {value!r}")
-    return value
-
-
-def check_probability(name, values):
-    """A float or sequence of floats in [0, 1]; a clear error otherwise."""
-    tensor = torch.as_tensor(values, dtype=torch.float64)
-    if tensor.dim() > 1 or not torch.all((tensor >= 0) & (tensor <= 1)):
-        raise ValueError(f"{name} must be a number or a list of numbers in [0, 1]; got {values!r}")
-    return tensor
-
-
-def check_per_instance(name, value, instances, dtype=torch.float32):
-    """A setting per instance as (instances,): one number >= 0 for all, or one per instance."""
-    tensor = torch.as_tensor(value, dtype=dtype)
-    if tensor.dim() == 0:
-        tensor = tensor.expand(instances)
-    if tensor.shape != (instances,) or not torch.all(torch.isfinite(tensor) & (tensor >= 0)):
-        raise ValueError(f"{name} must be a number >= 0 or {instances} such numbers; got {value!r}")
-    return tensor.clone()
+from .checks import check_probability, check_range, check_seeds, check_size
+from .seeding import generator
 
 
 def sparse_moments(sparsity):
     """Moments of one feature x_i = c_i u_i, c ~ Bernoulli(1-S), u ~ U[0,1]: E x_i, E x_i^2,
     E x_i^4, Var x_i, and E x_i x_j for i != j (features are independent). Works on arrays."""
-    density = 1 - sparsity
+    density = 1 - check_range("sparsity", sparsity, 0, 1)
     return {"mean": density / 2, "square": density / 3, "fourth": density / 5,
             "variance": density / 3 - density**2 / 4, "cross": density**2 / 4}
 

@@ -10,9 +10,10 @@ import torch
 from torch import nn
 
 from . import devices
-from .data import basis_vectors, check_per_instance, check_size
+from .checks import check_choice, check_per_instance, check_range, check_seeds, check_size
+from .data import basis_vectors
 from .noise import HiddenNoise
-from .seeding import check_seeds, generator
+from .seeding import generator
 
 
 def _device(device):
@@ -32,30 +33,44 @@ def _normal(seeds, shapes, std, dtype, device):
     return [torch.stack(draws) for draws in zip(*per_seed)]
 
 
-def _check_init_std(init_std):
-    if not init_std > 0:
-        raise ValueError(f"init_std must be > 0; got {init_std!r}")
-    return float(init_std)
-
-
 def reconstruction_loss(x, x_hat):
     """Mean over the batch of ||x - x_hat||^2: (instances,)."""
     return (x - x_hat).pow(2).sum(-1).mean(-1)
 
 
-class LinearAutoencoder(nn.Module):
+class Instances(nn.Module):
+    """What every model here shares: one instance per seed, ``features`` inputs and outputs, and
+    a check that inputs are (instances, batch, features) before any work."""
+
+    def __init__(self, features, seeds):
+        super().__init__()
+        self.seeds = check_seeds(seeds)
+        self.features = check_size("features", features)
+
+    def check_inputs(self, x, instances=None):
+        """x itself; ``instances``: how many the weights in use hold, if not one per seed."""
+        expected = (len(self.seeds) if instances is None else instances, self.features)
+        if x.dim() != 3 or (x.shape[0], x.shape[-1]) != expected:
+            raise ValueError(f"inputs must have shape (instances={expected[0]}, batch, "
+                             f"features={expected[1]}); got {tuple(x.shape)}")
+        return x
+
+    def initial_std(self, init_std, default):
+        """The std of the normal initial weights: ``init_std`` if given, else ``default``."""
+        return default if init_std is None else float(check_range("init_std", init_std, 0,
+                                                                  low_open=True))
+
+
+class LinearAutoencoder(Instances):
     """x -> A B x with untied A (features x hidden) and B (hidden x features), no biases.
 
     A: (instances, features, hidden) decodes; B: (instances, hidden, features) encodes.
     """
 
     def __init__(self, features, hidden, seeds, init_std=None, dtype=torch.float32, device=None):
-        super().__init__()
-        self.seeds = check_seeds(seeds)
-        self.features, self.hidden = check_size("features", features), check_size("hidden", hidden)
-        if hidden > features:
-            raise ValueError(f"hidden must be <= features ({features}); got {hidden}")
-        std = _check_init_std(init_std if init_std is not None else features**-0.5)
+        super().__init__(features, seeds)
+        self.hidden = check_size("hidden", hidden, maximum=features)
+        std = self.initial_std(init_std, features**-0.5)
         A, B = _normal(self.seeds, [(features, hidden), (hidden, features)], std, dtype,
                        _device(device))
         self.A, self.B = nn.Parameter(A), nn.Parameter(B)
@@ -65,23 +80,20 @@ class LinearAutoencoder(nn.Module):
         return self.A @ self.B
 
     def forward(self, x):
-        hidden = torch.einsum("ihf,ibf->ibh", self.B, x)
+        hidden = torch.einsum("ihf,ibf->ibh", self.B, self.check_inputs(x))
         return torch.einsum("ifh,ibh->ibf", self.A, hidden)
 
     def loss(self, x):
         return reconstruction_loss(x, self(x))
 
 
-class TiedLinear(nn.Module):
+class TiedLinear(Instances):
     """x -> W^T W x with one W: (instances, hidden, features), i.e. A = W^T and B = W."""
 
     def __init__(self, features, hidden, seeds, init_std=None, dtype=torch.float32, device=None):
-        super().__init__()
-        self.seeds = check_seeds(seeds)
-        self.features, self.hidden = check_size("features", features), check_size("hidden", hidden)
-        if hidden > features:
-            raise ValueError(f"hidden must be <= features ({features}); got {hidden}")
-        std = _check_init_std(init_std if init_std is not None else features**-0.5)
+        super().__init__(features, seeds)
+        self.hidden = check_size("hidden", hidden, maximum=features)
+        std = self.initial_std(init_std, features**-0.5)
         (W,) = _normal(self.seeds, [(hidden, features)], std, dtype, _device(device))
         self.W = nn.Parameter(W)
 
@@ -90,7 +102,7 @@ class TiedLinear(nn.Module):
         return self.W.transpose(-1, -2) @ self.W
 
     def forward(self, x):
-        hidden = torch.einsum("ihf,ibf->ibh", self.W, x)
+        hidden = torch.einsum("ihf,ibf->ibh", self.W, self.check_inputs(x))
         return torch.einsum("ihf,ibh->ibf", self.W, hidden)
 
     def loss(self, x):
@@ -116,7 +128,7 @@ def check_importance(importance, instances, features, dtype=torch.float32, devic
     return tensor.clone()
 
 
-class ToyModel(nn.Module):
+class ToyModel(Instances):
     """The toy model of superposition: x -> out(Wᵀ W x + b), out = ReLU (default) or identity.
 
     W: (instances, hidden, features), column W_i embeds feature i; b: (instances, features).
@@ -126,25 +138,23 @@ class ToyModel(nn.Module):
 
     def __init__(self, features, hidden, seeds, importance=None, output="relu", init_std=None,
                  dtype=torch.float32, device=None):
-        super().__init__()
-        self.seeds = check_seeds(seeds)
-        self.features, self.hidden = check_size("features", features), check_size("hidden", hidden)
-        if output not in OUTPUTS:
-            raise ValueError(f"output must be one of {', '.join(OUTPUTS)}; got {output!r}")
-        self.output, device = output, _device(device)
+        super().__init__(features, seeds)
+        self.hidden = check_size("hidden", hidden)
+        self.output, device = check_choice("output", output, OUTPUTS), _device(device)
         self.register_buffer("importance", check_importance(importance, len(self.seeds), features,
                                                             dtype, device))
-        std = _check_init_std(init_std if init_std is not None else (2 / (features + hidden)) ** 0.5)
+        std = self.initial_std(init_std, (2 / (features + hidden)) ** 0.5)
         (W,) = _normal(self.seeds, [(hidden, features)], std, dtype, device)
         self.W = nn.Parameter(W)
         self.b = nn.Parameter(torch.zeros(len(self.seeds), features, dtype=dtype, device=device))
 
     def forward(self, x):
-        return toy_output(self.W, self.b, x, self.output)
+        return toy_output(self.W, self.b, self.check_inputs(x), self.output)
 
     def loss(self, x):
         """Mean over the batch of Σ_i I_i (x_i - y_i)^2: (instances,)."""
-        return toy_sample_loss(self.W, self.b, self.importance, x, self.output).mean(-1)
+        return toy_sample_loss(self.W, self.b, self.importance, self.check_inputs(x),
+                               self.output).mean(-1)
 
 
 def toy_output(W, b, x, output="relu"):
@@ -185,7 +195,7 @@ def tied_basis_reconstruction(G):
     return (1 - diagonal).square().sum(-1) + interference
 
 
-class TiedBasisAutoencoder(nn.Module):
+class TiedBasisAutoencoder(Instances):
     """The model of incidental polysemanticity: y = ReLU(W (Wᵀ x + ξ)) with tied W, trained on the
     n basis vectors e_1..e_n (all of them, every step), with an l1 penalty on W and optionally
     noise ξ in the hidden layer, drawn fresh every step and shared by the n inputs.
@@ -204,9 +214,8 @@ class TiedBasisAutoencoder(nn.Module):
 
     def __init__(self, features, hidden, seeds, l1=0.0, noise=None, sigma=0.0, init_std=None,
                  dtype=torch.float32, device=None):
-        super().__init__()
-        self.seeds = check_seeds(seeds)
-        self.features, self.hidden = check_size("features", features), check_size("hidden", hidden)
+        super().__init__(features, seeds)
+        self.hidden = check_size("hidden", hidden)
         if hidden < features:
             raise ValueError(f"hidden must be >= features ({features}): the model is about "
                              f"polysemanticity that is not needed; got hidden={hidden}")
@@ -216,7 +225,7 @@ class TiedBasisAutoencoder(nn.Module):
             raise ValueError(f"sigma={sigma!r} needs a noise law: pass noise=")
         self.noise = None if noise is None else HiddenNoise(self.seeds, hidden, noise, sigma, dtype,
                                                             device=device)
-        std = _check_init_std(init_std if init_std is not None else hidden**-0.5)
+        std = self.initial_std(init_std, hidden**-0.5)
         (W,) = _normal(self.seeds, [(features, hidden)], std, dtype, device)
         self.W = nn.Parameter(W)
 
@@ -267,14 +276,10 @@ def check_hidden_sizes(hidden, instances, features):
         else list(hidden)
     if len(sizes) != instances:
         raise ValueError(f"hidden must be one size or {instances} sizes; got {len(sizes)}")
-    for size in sizes:
-        check_size("hidden", size)
-        if size > features:
-            raise ValueError(f"hidden must be <= features ({features}); got {size}")
-    return sizes
+    return [check_size("hidden", size, maximum=features) for size in sizes]
 
 
-class UntiedAutoencoder(nn.Module):
+class UntiedAutoencoder(Instances):
     """The model of the Persian rug paper (and Elhage et al.'s untied variant):
     y = out(W_out W_in x + b), out = ReLU (default) or identity.
 
@@ -288,13 +293,9 @@ class UntiedAutoencoder(nn.Module):
     """
 
     def __init__(self, features, hidden, seeds, output="relu", dtype=torch.float32, device=None):
-        super().__init__()
-        self.seeds = check_seeds(seeds)
-        self.features = check_size("features", features)
+        super().__init__(features, seeds)
         self.hidden_sizes = check_hidden_sizes(hidden, len(self.seeds), features)
-        if output not in OUTPUTS:
-            raise ValueError(f"output must be one of {', '.join(OUTPUTS)}; got {output!r}")
-        self.output, device = output, _device(device)
+        self.output, device = check_choice("output", output, OUTPUTS), _device(device)
         instances, widest = len(self.seeds), max(self.hidden_sizes)
         W_in = torch.zeros(instances, widest, features, dtype=dtype, device=device)
         W_out = torch.zeros(instances, features, widest, dtype=dtype, device=device)
@@ -315,7 +316,8 @@ class UntiedAutoencoder(nn.Module):
         return self.W_out @ self.W_in
 
     def forward(self, x):
-        hidden = torch.bmm(x, self.W_in.mT)
+        # under train_until_converged's functional_call, W_in holds only the running instances
+        hidden = torch.bmm(self.check_inputs(x, instances=self.W_in.shape[0]), self.W_in.mT)
         pre = torch.baddbmm(self.b.unsqueeze(-2), hidden, self.W_out.mT)
         return torch.relu(pre) if self.output == "relu" else pre
 

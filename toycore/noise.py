@@ -6,8 +6,8 @@ pushes encodings towards sparsity, zero (Gaussian) keeps the hidden space rotati
 import torch
 
 from . import devices
-from .data import check_per_instance, check_size
-from .seeding import check_seeds, generator
+from .checks import check_choice, check_per_instance, check_seeds, check_size
+from .seeding import generator
 
 #: the standardised fourth and sixth moments E ξ⁴/σ⁴ and E ξ⁶/σ⁶ of each law
 STANDARD_MOMENTS = {"bipolar": (1.0, 1.0), "gaussian": (3.0, 15.0), "uniform": (9 / 5, 27 / 7),
@@ -17,9 +17,7 @@ EXCESS_KURTOSIS = {kind: fourth - 3 for kind, (fourth, _) in STANDARD_MOMENTS.it
 
 
 def check_noise(kind):
-    if kind not in EXCESS_KURTOSIS:
-        raise ValueError(f"noise must be one of {', '.join(EXCESS_KURTOSIS)}; got {kind!r}")
-    return kind
+    return check_choice("noise", kind, tuple(EXCESS_KURTOSIS))
 
 
 def standard_noise(kind, shape, generator=None, dtype=torch.float32):

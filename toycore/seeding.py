@@ -8,17 +8,6 @@ import zlib
 import torch
 
 
-def check_seeds(seeds):
-    """The seeds as a tuple of ints, one per instance; a clear error for anything else."""
-    seeds = tuple(seeds)
-    if not seeds:
-        raise ValueError("seeds must name at least one instance")
-    for s in seeds:
-        if isinstance(s, bool) or not isinstance(s, int) or s < 0:
-            raise ValueError(f"seeds must be non-negative integers; got {s!r}")
-    return seeds
-
-
 def generator(seed, purpose, device="cpu"):
     """A torch generator for one instance and one purpose, the same on every run."""
     mixed = (seed * 1_000_003 + zlib.crc32(purpose.encode())) % (2**63 - 1)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from .data import check_size
+from .checks import check_choice, check_range, check_size
 from .progress import progress_bar
 
 OPTIMIZERS = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam, "adamw": torch.optim.AdamW}
@@ -37,15 +37,23 @@ def record_steps(steps, records):
 
 
 def make_optimizer(name, params, lr, **options):
-    if name not in OPTIMIZERS:
-        raise ValueError(f"optimizer must be one of {', '.join(OPTIMIZERS)}; got {name!r}")
-    if not lr > 0:
-        raise ValueError(f"lr must be > 0; got {lr!r}")
+    check_choice("optimizer", name, tuple(OPTIMIZERS))
+    check_range("lr", lr, 0, low_open=True)
     params = list(params)
     try:
         return OPTIMIZERS[name](params, lr=lr, fused=True, **options)
     except (RuntimeError, TypeError):  # no fused kernel for this device or dtype
         return OPTIMIZERS[name](params, lr=lr, **options)
+
+
+def diverged(model, instance, step, last_finite, settings):
+    """The error for a run whose loss was found not finite at ``step``."""
+    described = ", ".join(f"{name}={value!r}" for name, value in settings.items())
+    since = "" if step == 0 else f" (finite at step {last_finite})"
+    return FloatingPointError(
+        f"training diverged: instance {instance} (seed {model.seeds[instance]}) has a loss that "
+        f"is not finite at step {step}{since}; {type(model).__name__}, {described}. A smaller "
+        f"lr or init_std may train")
 
 
 def train(model, data, *, steps, lr, optimizer="sgd", record_at=None, metrics=None,
@@ -54,7 +62,8 @@ def train(model, data, *, steps, lr, optimizer="sgd", record_at=None, metrics=No
 
     record_at: the steps (0..steps) at which loss and metrics are recorded; default
     ``record_steps(steps, 200)``. Every instance is an independent run: the summed loss gives
-    each instance its own gradient, and every optimizer here is elementwise.
+    each instance its own gradient, and every optimizer here is elementwise. A run whose loss
+    becomes NaN or infinite stops the training with a FloatingPointError naming it and the step.
     """
     check_size("steps", steps, minimum=0)
     optim = make_optimizer(optimizer, model.parameters(), lr, **optimizer_options)
@@ -68,6 +77,7 @@ def train(model, data, *, steps, lr, optimizer="sgd", record_at=None, metrics=No
     # (recording each of chapter 1's 13,000 steps grew the process by 1.2 GB).
     recorded = {}  # "loss" and each metric -> (records, ...) on the CPU
     next_record = 0
+    last_finite = 0  # the last step checked at which every loss was finite
     bar = progress_bar(steps, desc)
     for step in range(steps + 1):
         inputs = () if data is None else (data if torch.is_tensor(data) else data(step),)
@@ -81,7 +91,21 @@ def train(model, data, *, steps, lr, optimizer="sgd", record_at=None, metrics=No
                         recorded[name] = torch.empty((len(record_at), *value.shape),
                                                      dtype=value.dtype)
                     recorded[name][next_record] = value.detach()  # a copy, never a view
+            checked = recorded["loss"][next_record]
             next_record += 1
+        elif step == steps:
+            checked = loss.detach().cpu()
+        else:
+            checked = None
+        # A non-finite loss makes the next weights non-finite, and they stay so: checking the
+        # losses the host reads anyway finds every diverged run, at no cost per step.
+        if checked is not None:
+            bad = torch.nonzero(~torch.isfinite(checked)).flatten().tolist()
+            if bad:
+                bar.close()
+                settings = dict(lr=lr, optimizer=optimizer, steps=steps, **optimizer_options)
+                raise diverged(model, bad[0], step, last_finite, settings)
+            last_finite = step
         if step == steps:
             break
         if not closed_form:
@@ -128,10 +152,10 @@ def train_until_converged(model, data, *, lr, batch, window=200, check_every=30,
     storage = {name: param.detach() for name, param in model.named_parameters()}
     device = storage[names[0]].device
     instances = len(model.seeds)
-    lr = torch.as_tensor(lr, dtype=storage[names[0]].dtype).expand(instances).clone()
-    if not torch.all(lr > 0):
-        raise ValueError(f"lr must be > 0; got {lr.tolist()}")
-    lr = lr.to(device)
+    check_range("lr", lr, 0, low_open=True)
+    given_lr = np.broadcast_to(np.asarray(lr, dtype=float), (instances,))  # for error messages
+    lr = torch.as_tensor(lr, dtype=storage[names[0]].dtype).expand(instances).clone().to(device)
+    check_size("batch", batch)
     check_size("check_every", check_every)
     if steps is not None:
         check_size("steps", steps)
@@ -172,6 +196,11 @@ def train_until_converged(model, data, *, lr, batch, window=200, check_every=30,
                 # the losses reach the host once per check, not every step: on a GPU a per-step
                 # transfer would make the host wait for each step before queueing the next
                 for k, values in zip(running, torch.stack(pending, 1).tolist()):
+                    if not np.all(np.isfinite(values)):
+                        bar.close()
+                        step = len(history[k]) + int(np.argmin(np.isfinite(values)))
+                        settings = dict(lr=float(given_lr[k]), batch=batch, betas=betas, eps=eps)
+                        raise diverged(model, k, step, step - 1, settings)
                     history[k].extend(values)
                 pending = []
                 if taken == cap:

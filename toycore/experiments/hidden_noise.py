@@ -14,11 +14,11 @@ import torch
 
 from .. import shards
 from ..cache import cached
-from ..data import check_size
+from ..checks import check_choice, check_range, check_seeds, check_size
 from ..devices import to_host
 from ..models import TiedBasisAutoencoder, tied_basis_reference_loss
 from ..noise import STANDARD_MOMENTS, check_noise, standard_noise
-from ..seeding import check_seeds, generator
+from ..seeding import generator
 from ..theory import hidden_noise as th
 from ..theory.polysemantic import count_polysemantic
 from ..train import record_steps, train
@@ -64,8 +64,7 @@ def strength_side(features, hidden, values, seeds, *, side, steps, lr, records=1
 
     Returns the recorded steps, fourth and squared (records, values, seeds, features) and the
     final W (values, seeds, n, m)."""
-    if side not in SIDES:
-        raise ValueError(f"side must be one of {', '.join(SIDES)}; got {side!r}")
+    check_choice("side", side, SIDES)
     per_instance = [value for value in values for _ in seeds]
     options = dict(l1=per_instance) if side == "l1" else dict(noise="bipolar", sigma=per_instance)
     model = TiedBasisAutoencoder(features, hidden, list(seeds) * len(values), **options)
@@ -84,7 +83,10 @@ def strength_sweep(features, hidden, l1s, sigmas, seeds, *, steps, lr, records=1
 
     Returns one namespace per side ("l1", "noise") with fourth and squared (records, values,
     seeds, features) and the final W (values, seeds, n, m)."""
-    seeds = list(check_seeds(seeds))
+    # the shards' own checks would run only once the sweep has started: check here first
+    seeds, features = list(check_seeds(seeds)), check_size("features", features)
+    check_size("hidden", hidden, minimum=features), check_range("l1s", l1s, 0)
+    check_range("sigmas", sigmas, 0), check_size("steps", steps), check_range("lr", lr, 0, low_open=True)
     options = dict(steps=steps, lr=lr, records=records)
     l1, noise = shards.run(strength_side, [
         ((features, hidden, list(l1s), seeds), dict(side="l1", **options)),

@@ -14,10 +14,10 @@ import torch
 
 from .. import devices, shards
 from ..cache import cached
-from ..data import SparseUniform, check_size, prefetch_for
+from ..checks import check_choice, check_seeds, check_size
+from ..data import SparseUniform, prefetch_for
 from ..devices import to_host
-from ..models import UntiedAutoencoder
-from ..seeding import check_seeds
+from ..models import OUTPUTS, UntiedAutoencoder
 from ..theory import persian_rug as th
 from ..train import train_until_converged
 
@@ -85,12 +85,17 @@ def train_models(jobs, *, output="relu", max_steps=45_000, steps=None, desc="tra
     Returns per job, in the order given: W = W_out W_in (I, ns, ns), b (I, ns), the loss on
     fresh data (I,), steps and converged (I,), and the training-loss curves (I, longest run,
     NaN-padded)."""
+    # the shards' own checks would run only once training has started: check here first
+    check_choice("output", output, OUTPUTS)
+    check_size("max_steps", max_steps) if steps is None else check_size("steps", steps)
     plans, calls = [], []
     for features, densities, hiddens, seeds in jobs:
         check_size("features", features)
         seeds, densities, hiddens = list(check_seeds(seeds)), list(densities), list(hiddens)
         for p in densities:
             th.check_density(p)
+        for hidden in hiddens:
+            check_size("hidden", hidden, maximum=features)
         groups = [[k for k, h in enumerate(hiddens) if h == hidden] for hidden in sorted(set(hiddens))]
         plans.append((features, len(seeds), groups))
         calls += [((features, [densities[k] for k in group], hiddens[group[0]],

@@ -13,10 +13,10 @@ import torch
 
 from .. import shards
 from ..cache import cached
-from ..data import check_size
+from ..checks import check_range, check_seeds, check_size
 from ..devices import to_host
 from ..models import TiedBasisAutoencoder
-from ..seeding import check_seeds, generator
+from ..seeding import generator
 from ..theory import polysemantic as th
 from ..train import record_steps, train
 
@@ -36,10 +36,7 @@ def _check_ode(initial, l1, dt, steps):
     initial = np.asarray(initial, dtype=float)
     if initial.ndim != 1 or not len(initial) or not np.all(initial > 0):
         raise ValueError("initial must be a non-empty vector of positive weights")
-    if not l1 > 0:
-        raise ValueError(f"l1 must be > 0; got {l1!r}")
-    if not 0 < dt <= 1:
-        raise ValueError(f"dt must be in (0, 1]; got {dt!r}")
+    check_range("l1", l1, 0, low_open=True), check_range("dt", dt, 0, 1, low_open=True)
     check_size("steps", steps)
     return initial
 
@@ -195,7 +192,11 @@ def polysemantic_sweep(features, hiddens, seeds, l1, *, steps, lr):
 
     Returns final W per m (a list of (seeds, n, m) float64) and the polysemantic neuron counts
     (len(hiddens), seeds)."""
-    seeds = list(check_seeds(seeds))
+    # the shards' own checks would run only once the sweep has started: check here first
+    seeds, features = list(check_seeds(seeds)), check_size("features", features)
+    for hidden in hiddens:
+        check_size("hidden", hidden, minimum=features)
+    check_range("l1", l1, 0), check_size("steps", steps), check_range("lr", lr, 0, low_open=True)
     calls = [((features, hidden, seeds, l1), dict(steps=steps, lr=lr)) for hidden in hiddens]
     finals = shards.run(polysemantic_shard, calls, f"Figure 3, n={features}")
     counts = np.array([th.count_polysemantic(W).numpy() for W in finals])

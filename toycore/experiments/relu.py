@@ -11,7 +11,8 @@ import numpy as np
 import torch
 
 from ..cache import cached
-from ..data import SparseUniform, check_size, prefetch_for
+from ..checks import check_range, check_size
+from ..data import SparseUniform, prefetch_for
 from ..models import ToyModel, toy_sample_loss
 from ..seeding import generator
 from ..theory import relu as th
@@ -23,8 +24,7 @@ REPRESENTED = 0.5  # a feature counts as represented when |W_i| > 0.5, as in Elh
 
 def importance_profile(features, decay):
     """I_i = decay^i, i = 0..n-1 (decay 1: uniform importance)."""
-    if not 0 < decay <= 1:
-        raise ValueError(f"importance decay must be in (0, 1]; got {decay!r}")
+    check_size("features", features), check_range("decay", decay, 0, 1, low_open=True)
     return decay ** torch.arange(features, dtype=DTYPE)
 
 

@@ -5,6 +5,7 @@ how sparse a unit encoding is: 1/m when spread evenly over m coordinates, 1 on o
 """
 import numpy as np
 
+from ..checks import check_range, check_size
 from ..noise import EXCESS_KURTOSIS, STANDARD_MOMENTS, check_noise
 
 
@@ -20,12 +21,12 @@ def squared_norms(W):
 
 def initial_fourth_norm(hidden):
     """E Σ_k W_ik⁴ = 3/m for W_ik ~ N(0, 1/m), the init: the text's reference line."""
-    return 3 / hidden
+    return 3 / check_size("hidden", hidden)
 
 
 def random_unit_fourth_norm(hidden):
     """E Σ_k u_k⁴ = 3/(m+2) for u uniform on the unit sphere; 3/m is its large-m limit."""
-    return 3 / (hidden + 2)
+    return 3 / (check_size("hidden", hidden) + 2)
 
 
 def sparsity_term(fourth_norm, kind, sigma, lr, hidden=None, order=2):
@@ -38,12 +39,15 @@ def sparsity_term(fourth_norm, kind, sigma, lr, hidden=None, order=2):
     with κ the excess kurtosis; it vanishes for Gaussian noise, as rotational symmetry demands.
     """
     kind = check_noise(kind)
+    check_range("fourth_norm", fourth_norm, 0), check_range("sigma", sigma, 0)
+    check_range("lr", lr, 0, low_open=True)
     kurtosis = EXCESS_KURTOSIS[kind]
     leading = 16 * lr**2 * sigma**4 * np.asarray(fourth_norm)
     if order == 2:
         return leading * kurtosis
     if order != 3 or hidden is None:
         raise ValueError(f"order must be 2, or 3 with hidden given; got order={order!r}, hidden={hidden!r}")
+    check_size("hidden", hidden)
     fourth, sixth = STANDARD_MOMENTS[kind]
     shape = (hidden - 1) * kurtosis + sixth - 6 * fourth + 3
     return leading * (kurtosis - 2 * lr * (12 * kurtosis + sigma**2 * shape))
@@ -58,4 +62,4 @@ def l1_collapse():
 def noisy_squared_norm(sigma):
     """The |W_i|² that minimises E(|W_i|² - 1 + W_i·ξ)² = (|W_i|² - 1)² + σ²|W_i|², the loss on
     e_i when the ReLU stays on and nothing interferes: 1 - σ²/2 (0 beyond σ = √2)."""
-    return np.maximum(1 - np.asarray(sigma)**2 / 2, 0.0)
+    return np.maximum(1 - np.asarray(check_range("sigma", sigma, 0))**2 / 2, 0.0)

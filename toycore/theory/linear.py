@@ -12,6 +12,7 @@ import numpy as np
 import torch
 from scipy.integrate import solve_ivp
 
+from ..checks import check_size
 from ..data import sparse_moments
 
 
@@ -19,6 +20,7 @@ from ..data import sparse_moments
 
 def population_second_moment(features, sparsity, dtype=torch.float64):
     """E x xᵀ: (1-S)/3 on the diagonal, (1-S)^2/4 off it."""
+    check_size("features", features)
     m = sparse_moments(sparsity)
     eye = torch.eye(features, dtype=dtype)
     return m["cross"] * torch.ones(features, features, dtype=dtype) + (m["square"] - m["cross"]) * eye
@@ -27,6 +29,7 @@ def population_second_moment(features, sparsity, dtype=torch.float64):
 def population_spectrum(features, sparsity):
     """The two distinct eigenvalues of E x xᵀ: the top one (eigenvector 1/sqrt(D)) and the
     (features - 1)-fold degenerate rest."""
+    check_size("features", features)
     m = sparse_moments(sparsity)
     bulk = m["square"] - m["cross"]
     return {"top": bulk + features * m["cross"], "bulk": bulk}
@@ -83,11 +86,14 @@ def critical_loss(eigenvalues, index_set):
 
 def index_sets(features, hidden):
     """All C(features, hidden) index sets, the global minimum (0, ..., hidden-1) first."""
+    features = check_size("features", features)
+    hidden = check_size("hidden", hidden, maximum=features)
     return list(combinations(range(features), hidden))
 
 
 def inversions(index_set, features):
     """Pairs (j in I, k not in I) with k < j, i.e. λ_k > λ_j: the escape directions of Prop. 3."""
+    index_set = check_index_set(index_set, check_size("features", features))
     return [(j, k) for j in index_set for k in range(features) if k not in index_set and k < j]
 
 

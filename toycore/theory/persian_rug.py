@@ -10,7 +10,8 @@ import torch
 from scipy import integrate, optimize
 from scipy.special import ndtr
 
-from ..data import check_size, sparse_moments
+from ..checks import check_range, check_size
+from ..data import sparse_moments
 from ..seeding import generator
 
 # Gauss-Legendre nodes on [0, 1] for integrals over u: the integrands bend on the scale σ, and
@@ -20,20 +21,23 @@ U_NODES, U_WEIGHTS = (_NODES + 1) / 2, _WEIGHTS / 2
 
 
 def check_density(p):
-    if not 0 < p <= 1:
-        raise ValueError(f"p must lie in (0, 1]; got {p!r}")
-    return float(p)
+    """p, each feature's chance of being on: a number or an array in (0, 1]."""
+    return check_range("p", p, 0, 1, low_open=True)
 
 
 def check_ratio(ratio):
-    if not 0 < ratio <= 1:
-        raise ValueError(f"the ratio nd/ns must lie in (0, 1]; got {ratio!r}")
-    return float(ratio)
+    """nd/ns: a number or an array in (0, 1]."""
+    return check_range("the ratio nd/ns", ratio, 0, 1, low_open=True)
+
+
+def check_sigma(sigma):
+    """σ, the interference's standard deviation: > 0 (the Gaussian needs a width)."""
+    return check_range("sigma", sigma, 0, low_open=True)
 
 
 def feature_variance(p):
     """Var x_i = p/3 - p²/4."""
-    return sparse_moments(1 - p)["variance"]
+    return sparse_moments(1 - check_density(p))["variance"]
 
 
 # --- the construction (section 4.2.2) -------------------------------------------------------
@@ -54,9 +58,8 @@ def persian_rug(features, hidden, seed=0):
     """The Persian rug weights: W_in = H[S] (nd, ns) for a random set S of nd rows of the
     Hadamard matrix, W_out = W_inᵀ / nd, so R = W_out W_in = nd⁻¹ Σ_{k∈S} H_ik H_kj.
     Returns (W_in, W_out, S)."""
-    check_size("hidden", hidden)
-    if hidden > features:
-        raise ValueError(f"hidden must be <= features ({features}); got {hidden}")
+    check_size("features", features)
+    check_size("hidden", hidden, maximum=features)
     g = generator(seed, "rug")
     rows = np.sort(torch.randperm(features, generator=g)[:hidden].numpy())
     W_in = hadamard(features, rows)
@@ -68,12 +71,14 @@ def persian_rug(features, hidden, seed=0):
 def variance_bound(p, ratio):
     """The text's eq. 6: the mean interference variance of any W of rank nd with unit diagonal
     is at least (4p - 3p²)/12 (ns/nd - 1)."""
+    p, ratio = check_density(p), check_ratio(ratio)
     return (4 * p - 3 * p**2) / 12 * (1 / ratio - 1)
 
 
 def interference_variances(W, p):
     """Var ν_i for every row of W (..., ns, ns) scaled to unit diagonal:
     Var x · Σ_{j≠i} (W_ij / W_ii)²."""
+    check_density(p)
     diagonal = np.diagonal(W, axis1=-2, axis2=-1)
     normalised = W / diagonal[..., :, None]
     off = (normalised**2).sum(-1) - 1
@@ -87,6 +92,7 @@ def symmetry_statistics(W, b, p):
     the variance of the diagonal (fig. 4), of the bias (fig. 5), over rows of the off-diagonal
     interference variance Var x Σ_{j≠i} W_ij² (fig. 6), and the worst row's Lyapunov ratio
     Λ = max_i Σ_{j≠i} |W_ij|³ / (Σ_{j≠i} W_ij²)^{3/2} (eq. 3, fig. 7)."""
+    check_density(p)
     diagonal = np.diagonal(W, axis1=-2, axis2=-1)
     off = W - diagonal[..., :, None] * np.eye(W.shape[-1])
     squares = (off**2).sum(-1)
@@ -108,6 +114,13 @@ def relu_moments(mean, sd):
 def macroscopic_loss(a, b, sigma, p):
     """L(a, b, σ) = (1-p) E ReLU(aν + b)² + p E (u - ReLU(a(u + ν) + b))², ν ~ N(0, σ²), u ~ U[0,1]:
     Gaussian moments in closed form, the u integral by 2000-point Gauss-Legendre quadrature."""
+    if check_range("a", a) == 0:
+        raise ValueError("a must be nonzero: at a = 0 the output ignores its input")
+    check_range("b", b), check_sigma(sigma), check_density(p)
+    return _macroscopic_loss(a, b, sigma, p)
+
+
+def _macroscopic_loss(a, b, sigma, p):
     a = abs(a)  # the loss depends on a only through a·σ and a·u, and the text takes a > 0
     _, off = relu_moments(np.asarray(b, float), a * sigma)
     first, second = relu_moments(a * U_NODES + b, a * sigma)
@@ -117,9 +130,10 @@ def macroscopic_loss(a, b, sigma, p):
 
 def optimal_macroscopic(p, sigma):
     """min over a, b of L(a, b, σ): (loss, a, b). Nelder-Mead from a few starts."""
+    check_density(p), check_sigma(sigma)
     best = None
     for a0, b0 in [(1.0, -2 * sigma), (1.0, 0.0), (0.5, -sigma), (1.5, -3 * sigma)]:
-        result = optimize.minimize(lambda ab: macroscopic_loss(ab[0], ab[1], sigma, p), [a0, b0],
+        result = optimize.minimize(lambda ab: _macroscopic_loss(ab[0], ab[1], sigma, p), [a0, b0],
                                    method="Nelder-Mead",
                                    options={"xatol": 1e-9, "fatol": 1e-14, "maxiter": 4000})
         if best is None or result.fun < best.fun:
@@ -137,11 +151,13 @@ def rug_loss(p, ratio):
 def linear_loss(p, ratio):
     """The best linear model with a bias: data covariance Var x · I is isotropic, so any rank-nd
     projector is optimal and leaves (1 - nd/ns) of the variance."""
-    return (1 - ratio) * feature_variance(p)
+    return (1 - check_ratio(ratio)) * feature_variance(p)
 
 
 def authors_linear_loss(p, features, hidden):
     """The authors' code's baseline, (ns - nd - 1) p / (3 ns): no bias and E x² = p/3."""
+    check_density(p), check_size("features", features)
+    check_size("hidden", hidden, maximum=features)
     return (features - hidden - 1) * p / (3 * features)
 
 
@@ -149,6 +165,7 @@ def authors_linear_loss(p, features, hidden):
 
 def text_small_ratio_bound(p):
     """Section 4.3.1's bound on the r -> 0 loss as printed: p/3 - p²/9."""
+    p = check_density(p)
     return p / 3 - p**2 / 9
 
 
@@ -161,6 +178,8 @@ def small_ratio_loss(p):
 def bayes_on_loss(sigma):
     """E_y Var(u | y), y = u + ν, u ~ U[0,1], ν ~ N(0, σ²): the on-loss of the best possible
     elementwise decoder f(y) = E[u | y] (appendix D), by adaptive quadrature over y."""
+    check_sigma(sigma)
+
     def conditional_variance_times_density(y):
         lo, hi = -y / sigma, (1 - y) / sigma
         mass = ndtr(hi) - ndtr(lo)
@@ -183,4 +202,5 @@ def elementwise_lower_bound(p, ratio):
 
 def log_log_slope(x, y):
     """The least-squares slope of log y against log x."""
+    check_range("x", x, 0, low_open=True), check_range("y", y, 0, low_open=True)
     return float(np.polyfit(np.log(x), np.log(y), 1)[0])

@@ -14,6 +14,7 @@ import math
 
 import torch
 
+from ..checks import check_probability, check_range, check_size
 from ..data import sparse_moments
 from ..seeding import generator
 
@@ -23,13 +24,15 @@ def pattern_weights(features, sparsity):
 
     sparsity: a number or (instances,); returns (instances, n + 1) or (n + 1,).
     """
-    S = torch.as_tensor(sparsity, dtype=torch.float64)[..., None]
+    features = check_size("features", features)
+    S = check_probability("sparsity", sparsity)[..., None]
     k = torch.arange(features + 1, dtype=torch.float64)
     return (1 - S) ** k * S ** (features - k)
 
 
 def pattern_counts(features):
     """C(n, k) for k = 0..n: how many patterns have k active features."""
+    features = check_size("features", features)
     return torch.tensor([math.comb(features, k) for k in range(features + 1)], dtype=torch.float64)
 
 
@@ -104,7 +107,10 @@ def linear_optimum(importance, hidden, sparsity):
     diagonal: the best rank-m symmetric Wᵀ W projects onto the m most important features, the
     bias supplies the others' means, and the loss is Var(x_i) times the importance left out.
     """
-    left_out = torch.sort(torch.as_tensor(importance, dtype=torch.float64), descending=True)[0]
+    importance = torch.as_tensor(check_range("importance", importance, 0, low_open=True),
+                                 dtype=torch.float64)
+    check_size("hidden", hidden, maximum=importance.shape[-1])
+    left_out = torch.sort(importance, descending=True)[0]
     return sparse_moments(sparsity)["variance"] * left_out[..., hidden:].sum(-1)
 
 

@@ -1,4 +1,7 @@
-"""The result cache cannot lie: the code that runs, checksums, one computation per result, pruning.
+"""Faults and bad input: the result cache cannot lie (the code that runs, checksums, one
+computation per result, pruning), every public function refuses out-of-range input before any
+work, and a diverging run stops with an error. (The build's own failure reports are tested in
+test_book_build.py.)
 
 Each test that changes source files does so in a copy of the package, in a fresh interpreter,
 as a reader editing toycore under a running kernel would."""
@@ -9,9 +12,23 @@ import sys
 import pickle
 import textwrap
 
+import numpy as np
 import pytest
+import torch
 
-from toycore import cache
+from toycore import cache, shards
+from toycore.data import SparseUniform
+from toycore.experiments import hidden_noise as ex_noise
+from toycore.experiments import persian_rug as ex_rug
+from toycore.experiments import polysemantic as ex_poly
+from toycore.experiments import relu as ex_relu
+from toycore.models import TiedBasisAutoencoder, ToyModel, UntiedAutoencoder
+from toycore.theory import hidden_noise as th_noise
+from toycore.theory import linear as th_linear
+from toycore.theory import persian_rug as th_rug
+from toycore.theory import polysemantic as th_poly
+from toycore.theory import relu as th_relu
+from toycore.train import train, train_until_converged
 
 # A function to cache, in a module of its own, so that fresh interpreters can import it.
 SLOW_MODULE = """
@@ -161,3 +178,70 @@ def test_a_result_is_stored_whole_or_not_at_all(tmp_path, monkeypatch):
     with pytest.raises(OSError, match="disk full"):
         cache.call(abs, (-2,))
     assert [p.suffix for p in tmp_path.rglob("*") if p.is_file()] == [".lock"]  # no part left
+
+
+# --- inputs are checked before any work --------------------------------------------------------
+
+BAD_INPUTS = {  # call -> the start of the error it must raise
+    "variance_bound p < 0": (lambda: th_rug.variance_bound(-0.5, 0.5), r"p must be finite and in \(0, 1\]"),
+    "variance_bound ratio 0": (lambda: th_rug.variance_bound(0.1, 0), r"the ratio nd/ns must be finite and in \(0, 1\]"),
+    "population_second_moment": (lambda: th_linear.population_second_moment(4, 1.5), r"sparsity must be finite and in \[0, 1\]"),
+    "pattern_weights": (lambda: th_relu.pattern_weights(4, 1.5), r"sparsity must be a number or a list of numbers in \[0, 1\]"),
+    "linear_optimum NaN importance": (lambda: th_relu.linear_optimum([1.0, np.nan, 1.0], 1, 0.5), "importance must be finite and > 0"),
+    "linear_optimum negative hidden": (lambda: th_relu.linear_optimum([1.0, 1.0, 1.0], -1, 0.5), r"hidden must be an integer in \[1, 3\]"),
+    "macroscopic_loss sigma -1": (lambda: th_rug.macroscopic_loss(1.0, 0.0, -1.0, 0.1), "sigma must be finite and > 0"),
+    "macroscopic_loss sigma 0": (lambda: th_rug.macroscopic_loss(1.0, 0.0, 0.0, 0.1), "sigma must be finite and > 0"),
+    "noisy_squared_norm": (lambda: th_noise.noisy_squared_norm(-1), "sigma must be finite and >= 0"),
+    "index_sets hidden > features": (lambda: th_linear.index_sets(3, 5), r"hidden must be an integer in \[1, 3\]"),
+    "expected_polysemantic": (lambda: th_poly.expected_polysemantic(8, 4), "hidden must be >= features"),
+    "sparsification_law": (lambda: th_poly.sparsification_law(1.0, 8, -0.1), "l1 must be finite and >= 0"),
+    "grid_runs density 1.5": (lambda: ex_rug.grid_runs([8], [1.5], [0.5], [0], steps=2), r"p must be finite and in \(0, 1\]; got 1.5"),
+    "grid_runs density 0": (lambda: ex_rug.grid_runs([8], [0], [0.5], [0], steps=2), r"p must be finite and in \(0, 1\]; got 0"),
+    "size_sweep density 1.5": (lambda: ex_rug.size_sweep([8], 1.5, 0.5, [0], max_steps=2), r"p must be finite and in \(0, 1\]; got 1.5"),
+    "polysemantic_sweep l1 < 0": (lambda: ex_poly.polysemantic_sweep(4, [8], [0], -1.0, steps=2, lr=0.1), "l1 must be finite and >= 0"),
+    "strength_sweep sigma < 0": (lambda: ex_noise.strength_sweep(4, 8, [0.1], [-1.0], [0], steps=2, lr=0.1), "sigmas must be finite and >= 0"),
+    "train_sweep sparsity 1.5": (lambda: ex_relu.train_sweep.uncached(5, 2, [1.5], [0], decay=1.0, steps=2, lr=0.1), "sparsity must be"),
+    "data with the wrong feature count": (lambda: ToyModel(5, 2, [0]).loss(torch.rand(1, 3, 4)), r"inputs must have shape \(instances=1, batch, features=5\); got \(1, 3, 4\)"),
+    "init_std inf": (lambda: ToyModel(5, 2, [0], init_std=float("inf")), "init_std must be finite and > 0"),
+    "lr inf": (lambda: train(ToyModel(5, 2, [0]), torch.rand(1, 3, 5), steps=5, lr=float("inf")), "lr must be finite and > 0"),
+}
+
+
+@pytest.mark.parametrize("case", BAD_INPUTS)
+def test_bad_input_raises_a_clear_error_before_any_work(case, monkeypatch):
+    call, message = BAD_INPUTS[case]
+
+    def no_work(*args, **kwargs):
+        raise AssertionError("work started before the input was checked")
+
+    monkeypatch.setattr(shards, "run", no_work)
+    monkeypatch.setattr(ex_relu, "train", no_work)
+    with pytest.raises(ValueError, match=message):
+        call()
+
+
+def test_sizes_may_be_numpy_integers():
+    assert th_rug.hadamard(np.int64(8)).shape == (8, 8)
+    assert ToyModel(np.int64(5), np.int64(2), [np.int64(3)]).seeds == (3,)
+
+
+# --- a diverging run stops -------------------------------------------------------------------
+
+def test_a_run_whose_loss_stops_being_finite_raises_naming_instance_and_step():
+    x = torch.rand(2, 16, 5)
+    with pytest.raises(FloatingPointError, match=r"instance 0 \(seed 0\) .* not finite at step 1 "
+                                                 r"\(finite at step 0\); ToyModel, lr=1e\+30"):
+        train(ToyModel(5, 2, [0, 1]), x, steps=50, lr=1e30, desc=None)
+    x[1, 3, 2] = float("inf")  # only the second instance's data is bad
+    with pytest.raises(FloatingPointError, match=r"instance 1 \(seed 7\) .* not finite at step 0;"):
+        train(ToyModel(5, 2, [0, 7]), x, steps=50, lr=0.01, desc=None)
+
+
+def test_the_closed_form_model_and_the_stopping_rule_trainer_stop_too():
+    with pytest.raises(FloatingPointError, match="instance 0 .* TiedBasisAutoencoder"):
+        train(TiedBasisAutoencoder(4, 8, [0], l1=0.1), None, steps=200, lr=1e20, desc=None)
+    model = UntiedAutoencoder(8, 2, [0, 1])
+    with pytest.raises(FloatingPointError, match=r"instance 1 \(seed 1\) .* UntiedAutoencoder, "
+                                                 r"lr=1e\+30, batch=8"):
+        train_until_converged(model, SparseUniform([0, 1], 8, 0.5), lr=[1e-3, 1e30], batch=8,
+                              steps=60, desc=None)

@@ -10,6 +10,7 @@ threads_per_worker=1, processes=True)``, reached through ``TOYCORE_SCHEDULER`` a
 would be), two at a time. Each side starts from an empty cache. Prints both wall times, the
 cluster's start-up time, and the ratio; exits with an error if the two sides' numbers differ.
 """
+
 import argparse
 import os
 import tempfile
@@ -33,8 +34,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--features", type=int, default=128)
     parser.add_argument("--densities", type=float, nargs="+", default=[0.01, 0.05, 0.2, 0.5])
-    parser.add_argument("--ratios", type=float, nargs="+",
-                        default=[0.05, 0.1, 0.25, 0.4, 0.6, 0.8])
+    parser.add_argument("--ratios", type=float, nargs="+", default=[0.05, 0.1, 0.25, 0.4, 0.6, 0.8])
     parser.add_argument("--steps", type=int, default=1500, help="Adam steps per model")
     args = parser.parse_args()
     torch.set_num_threads(1)  # as each worker has
@@ -50,13 +50,19 @@ def main():
             spread, on_cluster = sweep(there, args)
             shards._client(cluster.scheduler_address).close()
     same = all(np.array_equal(getattr(alone, k), getattr(spread, k)) for k in ("W", "b", "loss"))
-    print(f"chapter 5's grid at ns = {args.features}: {alone.loss.size} models in "
-          f"{len(set(alone.hidden))} shards, {args.steps} Adam steps each, {os.cpu_count()} cores")
+    print(
+        f"chapter 5's grid at ns = {args.features}: {alone.loss.size} models in "
+        f"{len(set(alone.hidden))} shards, {args.steps} Adam steps each, {os.cpu_count()} cores"
+    )
     print(f"  in-process, one thread:          {in_process:6.1f} s")
-    print(f"  local Dask cluster, 2 x 1 thread: {on_cluster:6.1f} s "
-          f"(+ {startup:.1f} s to start the cluster)")
-    print(f"  speed-up {in_process / on_cluster:.2f} ({in_process / (on_cluster + startup):.2f} "
-          f"with the start-up); identical numbers: {same}")
+    print(
+        f"  local Dask cluster, 2 x 1 thread: {on_cluster:6.1f} s "
+        f"(+ {startup:.1f} s to start the cluster)"
+    )
+    print(
+        f"  speed-up {in_process / on_cluster:.2f} ({in_process / (on_cluster + startup):.2f} "
+        f"with the start-up); identical numbers: {same}"
+    )
     if not same:
         raise SystemExit("the cluster's weights or losses differ from the in-process ones")
 

@@ -15,6 +15,7 @@ comparable. On a GPU (``--device cuda``) the clock is read after the GPU has fin
 ``--features 512 2048`` and the paper profile's grid (``--densities 0.001 0.01 0.05 0.1 0.2
 0.4 0.6 --ratios 0.02 0.05 0.1 0.2 0.3 0.4 0.6 0.8``).
 """
+
 import argparse
 import time
 
@@ -74,16 +75,22 @@ def main():
     parser.add_argument("--densities", type=float, nargs="+", default=[0.01, 0.05, 0.2])
     parser.add_argument("--ratios", type=float, nargs="+", default=[0.1, 0.25, 0.5])
     parser.add_argument("--steps", type=int, default=100, help="Adam steps per model timed")
-    parser.add_argument("--steps-to-converge", type=int, default=7000,
-                        help="steps a model needs, for models per hour (default: the chapter's "
-                             "ns=512 runs took 6,900-7,400)")
+    parser.add_argument(
+        "--steps-to-converge",
+        type=int,
+        default=7000,
+        help="steps a model needs, for models per hour (default: the chapter's "
+        "ns=512 runs took 6,900-7,400)",
+    )
     parser.add_argument("--device", default=None, help="auto (default), cpu, cuda or cuda:k")
     args = parser.parse_args()
     device = devices.use(args.device)
     cells = [(p, r) for p in args.densities for r in args.ratios]
-    print(f"{len(cells)} models (p in {args.densities}, nd/ns in {args.ratios}), {args.steps} "
-          f"Adam steps each, batch {BATCH}, on {devices.describe(device)}, "
-          f"{torch.get_num_threads()} threads")
+    print(
+        f"{len(cells)} models (p in {args.densities}, nd/ns in {args.ratios}), {args.steps} "
+        f"Adam steps each, batch {BATCH}, on {devices.describe(device)}, "
+        f"{torch.get_num_threads()} threads"
+    )
     for features in args.features:
         batched(features, cells, 2, device)  # warm up: kernels, allocator
         times = {"plain loop": [], "batched grid": []}
@@ -95,8 +102,10 @@ def main():
         for name, values in times.items():
             per_model_step = min(values) / (len(cells) * args.steps)
             per_hour = 3600 / (per_model_step * args.steps_to_converge)
-            print(f"  {name:>13}: {1e3 * per_model_step:7.3f} ms per model-step, "
-                  f"{per_hour:8.1f} models/hour, speed-up {base / min(values):.2f}")
+            print(
+                f"  {name:>13}: {1e3 * per_model_step:7.3f} ms per model-step, "
+                f"{per_hour:8.1f} models/hour, speed-up {base / min(values):.2f}"
+            )
 
 
 if __name__ == "__main__":

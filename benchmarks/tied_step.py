@@ -11,6 +11,7 @@ how much of the gain is the optimiser. Prints median step times and their ratios
 with the machine, so only ratios from one run are comparable. ``--device cuda`` times the same
 on a GPU (the clock is read after the GPU has finished the steps).
 """
+
 import argparse
 import statistics
 import time
@@ -33,6 +34,7 @@ def closed_form_step(model, optimizer):
         optimizer.zero_grad(set_to_none=True)
         model.loss_and_grad()
         optimizer.step()
+
     return step
 
 
@@ -41,6 +43,7 @@ def autograd_step(W, l1, optimizer):
         optimizer.zero_grad(set_to_none=True)
         tied_basis_reference_loss(W, l1).sum().backward()
         optimizer.step()
+
     return step
 
 
@@ -61,11 +64,14 @@ def main():
     fused_W = torch.nn.Parameter(model.W.detach().clone())
     contenders = {
         "autograd + plain AdamW (baseline)": autograd_step(
-            plain_W, model.l1, torch.optim.AdamW([plain_W], lr=1e-3)),
+            plain_W, model.l1, torch.optim.AdamW([plain_W], lr=1e-3)
+        ),
         "autograd + fused AdamW": autograd_step(
-            fused_W, model.l1, make_optimizer("adamw", [fused_W], 1e-3)),
+            fused_W, model.l1, make_optimizer("adamw", [fused_W], 1e-3)
+        ),
         "closed form + fused AdamW (ours)": closed_form_step(
-            model, make_optimizer("adamw", model.parameters(), 1e-3)),
+            model, make_optimizer("adamw", model.parameters(), 1e-3)
+        ),
     }
     times = {name: [] for name in contenders}
     for step in contenders.values():
@@ -79,17 +85,21 @@ def main():
             finish(device)
             times[name].append((time.perf_counter() - start) / args.steps)
 
-    print(f"instances={args.instances} n={args.features} m={args.hidden} on "
-          f"{devices.describe(device)}, {torch.get_num_threads()} threads, "
-          f"median of {args.rounds} rounds x {args.steps} steps")
+    print(
+        f"instances={args.instances} n={args.features} m={args.hidden} on "
+        f"{devices.describe(device)}, {torch.get_num_threads()} threads, "
+        f"median of {args.rounds} rounds x {args.steps} steps"
+    )
     baseline = statistics.median(times["autograd + plain AdamW (baseline)"])
     for name, values in times.items():
         median = statistics.median(values)
         print(f"  {name:36s} {1e3 * median:8.1f} ms/step   speed-up x{baseline / median:.2f}")
     with torch.no_grad():
         ours, theirs = model.loss(), tied_basis_reference_loss(plain_W, model.l1)
-    print(f"  after {1 + args.rounds * args.steps} steps from the same start, the losses differ by "
-          f"{((ours - theirs).abs() / theirs).max().item():.1e} (relative, float32)")
+    print(
+        f"  after {1 + args.rounds * args.steps} steps from the same start, the losses differ by "
+        f"{((ours - theirs).abs() / theirs).max().item():.1e} (relative, float32)"
+    )
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ instead of saving it and reading the file (a save from the File menu was not alw
 The kernel's peak memory is its own: no chapter starts processes in a Binder session (Dask
 workers start only when a scheduler's address is configured).
 """
+
 import hashlib
 import json
 import os
@@ -40,11 +41,10 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
+from test_browser import browser  # noqa: F401 (the browser tests' Chromium, as a fixture)
 
 from toycore import book
 from toycore.paths import REPO_ROOT
-
-from test_browser import browser  # noqa: F401 (the browser tests' Chromium, as a fixture)
 
 PROFILE = os.environ.get("TOYCORE_BINDER_PROFILE", "ci")
 JUPYTERLAB = "jupyterlab==4.6.4"  # repo2docker's own pick is newer or older; this is today's
@@ -68,8 +68,11 @@ def run(command, **kwargs):
 def reader_environment(venv):
     """The environment a Binder session has: no toycore settings from the tests (their build
     folder, no progress bars), the venv first on PATH, and the profile under test."""
-    environ = {name: value for name, value in os.environ.items()
-               if not name.startswith("TOYCORE_") and name not in ("VIRTUAL_ENV", "PYTHONPATH")}
+    environ = {
+        name: value
+        for name, value in os.environ.items()
+        if not name.startswith("TOYCORE_") and name not in ("VIRTUAL_ENV", "PYTHONPATH")
+    }
     environ["PATH"] = f"{venv / 'bin'}{os.pathsep}{environ['PATH']}"
     environ["TOYCORE_PROFILE"] = PROFILE
     return environ
@@ -77,8 +80,16 @@ def reader_environment(venv):
 
 def copy_repository(target):
     """The repository's tracked and untracked-but-not-ignored files: what Binder would clone."""
-    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=REPO_ROOT,
-                            capture_output=True, check=True).stdout.decode().split("\0")
+    listed = (
+        subprocess.run(
+            ["git", "ls-files", "-co", "--exclude-standard", "-z"],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            check=True,
+        )
+        .stdout.decode()
+        .split("\0")
+    )
     for name in filter(None, listed):
         source = REPO_ROOT / name
         if source.is_file():
@@ -95,11 +106,13 @@ def binder(tmp_path_factory):
     requirements = (repo / "binder" / "requirements.txt").read_text().splitlines()
     assert CPU_INDEX_LINE in requirements, "the substitution above no longer matches the file"
     (root / "requirements.txt").write_text(
-        "\n".join(line for line in requirements if line != CPU_INDEX_LINE) + "\n")
+        "\n".join(line for line in requirements if line != CPU_INDEX_LINE) + "\n"
+    )
     environ = reader_environment(venv)
     seconds = run([sys.executable, "-m", "venv", str(venv)])
-    seconds += run(["pip", "install", "--quiet", "-r", str(root / "requirements.txt"), JUPYTERLAB],
-                   env=environ)
+    seconds += run(
+        ["pip", "install", "--quiet", "-r", str(root / "requirements.txt"), JUPYTERLAB], env=environ
+    )
     log(f"binder: requirements and {JUPYTERLAB} installed in {seconds:.0f} s")
     seconds = run(["bash", "binder/postBuild"], cwd=repo, env=environ)
     log(f"binder: postBuild ({PROFILE} profile) took {seconds:.0f} s")
@@ -107,8 +120,9 @@ def binder(tmp_path_factory):
     # Every cell in the page (JupyterLab draws only the visible ones by default).
     settings = venv / "share" / "jupyter" / "lab" / "settings"
     settings.mkdir(parents=True, exist_ok=True)
-    (settings / "overrides.json").write_text(json.dumps(
-        {"@jupyterlab/notebook-extension:tracker": {"windowingMode": "none"}}))
+    (settings / "overrides.json").write_text(
+        json.dumps({"@jupyterlab/notebook-extension:tracker": {"windowingMode": "none"}})
+    )
     return repo, environ, venv
 
 
@@ -126,11 +140,24 @@ def server(binder):
     server_log = repo.parent / "jupyter-server.log"
     # --allow-root: the tests may run as root (CI does); Binder runs as a user, where it is moot.
     process = subprocess.Popen(
-        [str(venv / "bin" / "jupyter"), "lab", "--no-browser", "--allow-root", "--ip=127.0.0.1",
-         f"--port={port}", f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={repo}",
-         "--LabApp.news_url=", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
-         "--LabApp.expose_app_in_browser=True"],
-        cwd=repo, env=environ, stdout=subprocess.DEVNULL, stderr=server_log.open("w"))
+        [
+            str(venv / "bin" / "jupyter"),
+            "lab",
+            "--no-browser",
+            "--allow-root",
+            "--ip=127.0.0.1",
+            f"--port={port}",
+            f"--IdentityProvider.token={token}",
+            f"--ServerApp.root_dir={repo}",
+            "--LabApp.news_url=",
+            "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+            "--LabApp.expose_app_in_browser=True",
+        ],
+        cwd=repo,
+        env=environ,
+        stdout=subprocess.DEVNULL,
+        stderr=server_log.open("w"),
+    )
     base = f"http://127.0.0.1:{port}"
     for _ in range(120):
         try:
@@ -140,8 +167,10 @@ def server(binder):
             time.sleep(1)
     else:
         process.kill()
-        pytest.fail("the Jupyter server did not start in 2 minutes; it said:\n"
-                    + "\n".join(server_log.read_text().splitlines()[-10:]))
+        pytest.fail(
+            "the Jupyter server did not start in 2 minutes; it said:\n"
+            + "\n".join(server_log.read_text().splitlines()[-10:])
+        )
     yield base, token
     process.terminate()
     process.wait(timeout=30)
@@ -149,8 +178,9 @@ def server(binder):
 
 def api(server, path, method="GET"):
     base, token = server
-    request = urllib.request.Request(f"{base}/api/{path}", method=method,
-                                     headers={"Authorization": f"token {token}"})
+    request = urllib.request.Request(
+        f"{base}/api/{path}", method=method, headers={"Authorization": f"token {token}"}
+    )
     with urllib.request.urlopen(request, timeout=30) as response:
         body = response.read()
     return json.loads(body) if body else None
@@ -184,8 +214,9 @@ def peak_memory(pid):
 PROMPTS = "[...document.querySelectorAll('.jp-CodeCell .jp-InputPrompt')].map(p => p.textContent)"
 # The notebook the reader has open, from JupyterLab's own objects (exposed by the server setting).
 PANEL = "window.jupyterapp?.shell.currentWidget"
-KERNEL_IDLE = (f"{PANEL}?.context?.isReady && "
-               f"{PANEL}.sessionContext?.session?.kernel?.status === 'idle'")
+KERNEL_IDLE = (
+    f"{PANEL}?.context?.isReady && {PANEL}.sessionContext?.session?.kernel?.status === 'idle'"
+)
 
 
 def open_chapter(browser, server, name):
@@ -206,8 +237,11 @@ def run_all(page, timeout_s):
     page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Run All Cells$")).click()
     start = time.perf_counter()
     page.wait_for_function(f"() => {PROMPTS}.some(text => text.includes('*'))", timeout=30_000)
-    page.wait_for_function(f"() => !{PROMPTS}.some(text => text.includes('*')) && {KERNEL_IDLE}",
-                           timeout=timeout_s * 1000, polling=1000)
+    page.wait_for_function(
+        f"() => !{PROMPTS}.some(text => text.includes('*')) && {KERNEL_IDLE}",
+        timeout=timeout_s * 1000,
+        polling=1000,
+    )
     return time.perf_counter() - start
 
 
@@ -225,7 +259,8 @@ def record(name, **numbers):
 
 @pytest.mark.parametrize("name", CHAPTERS)
 def test_a_chapter_runs_all_cells_in_jupyterlab_with_no_error_within_binders_memory(
-        browser, server, name):
+    browser, server, name
+):
     context, page = open_chapter(browser, server, name)
     try:
         session = next(s for s in api(server, "sessions") if s["path"].endswith(name))
@@ -239,8 +274,12 @@ def test_a_chapter_runs_all_cells_in_jupyterlab_with_no_error_within_binders_mem
     record(name, run_all_s=round(seconds, 1), kernel_peak_mib=round(peak / 2**20))
     log(f"binder: {name}: Run All in {seconds:.0f} s, kernel peak memory {peak / 2**20:.0f} MiB")
     code = [cell for cell in notebook["cells"] if cell["cell_type"] == "code"]
-    errors = [(index, output["ename"], output["evalue"]) for index, cell in enumerate(code)
-              for output in cell["outputs"] if output["output_type"] == "error"]
+    errors = [
+        (index, output["ename"], output["evalue"])
+        for index, cell in enumerate(code)
+        for output in cell["outputs"]
+        if output["output_type"] == "error"
+    ]
     assert errors == [], f"{name}: cells with errors: {errors}"
     not_run = [index for index, cell in enumerate(code) if cell["execution_count"] is None]
     assert not_run == [], f"{name}: code cells that did not run: {not_run}"
@@ -249,8 +288,9 @@ def test_a_chapter_runs_all_cells_in_jupyterlab_with_no_error_within_binders_mem
 
 def figure_digest(image):
     """sha256 of the bytes an <img> shows (ipywidgets 8 serves them as a blob: URL)."""
-    data = image.evaluate("img => fetch(img.src).then(r => r.arrayBuffer())"
-                          ".then(b => Array.from(new Uint8Array(b)))")
+    data = image.evaluate(
+        "img => fetch(img.src).then(r => r.arrayBuffer()).then(b => Array.from(new Uint8Array(b)))"
+    )
     return hashlib.sha256(bytes(data)).hexdigest()
 
 
@@ -259,13 +299,17 @@ def test_moving_a_live_explorers_control_and_pressing_run_changes_its_figure(bro
     context, page = open_chapter(browser, server, name)
     try:
         run_all(page, RUN_ALL_TIMEOUT_S)
-        explorer = page.locator(".jp-OutputArea-output").filter(
-            has=page.locator("button", has_text=re.compile(r"^Run$"))).last
+        explorer = (
+            page.locator(".jp-OutputArea-output")
+            .filter(has=page.locator("button", has_text=re.compile(r"^Run$")))
+            .last
+        )
         image = explorer.locator("img").first
         image.wait_for(timeout=60_000)
         before = figure_digest(image)
         seed = explorer.locator(".widget-slider").filter(
-            has=page.locator(".widget-label", has_text=re.compile(r"^seed$")))
+            has=page.locator(".widget-label", has_text=re.compile(r"^seed$"))
+        )
         readout = seed.locator(".widget-readout")
         assert readout.inner_text() == "0"
         seed.locator(".noUi-handle").focus()

@@ -1,4 +1,5 @@
 """Build the whole book in the `ci` profile once, then check what a reader would get."""
+
 import json
 import re
 import time
@@ -26,8 +27,11 @@ def test_chapter_pages_have_figures_widgets_and_no_errors(built):
     for stem, page in chapter_pages(build_dir).items():
         html = page.read_text()
         soup = BeautifulSoup(html, "html.parser")
-        images = [page.parent / img["src"] for img in soup.find_all("img")
-                  if img.get("src", "").startswith("../_images/")]
+        images = [
+            page.parent / img["src"]
+            for img in soup.find_all("img")
+            if img.get("src", "").startswith("../_images/")
+        ]
         assert len(images) >= 5, f"{stem}: only {len(images)} figures"
         contents = [path.read_bytes() for path in images]
         assert len(set(contents)) == len(contents), f"{stem}: a figure is shown twice"
@@ -61,26 +65,36 @@ def probe_notebook(path, *sources):
     import nbformat
 
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source) for source in sources])
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
     nbformat.write(nb, path)
     return path
 
 
 def test_a_failing_cell_fails_the_build_naming_chapter_and_cell(tmp_path):
     notebook = probe_notebook(tmp_path / "_failing_probe.ipynb", "profile = None", "1 / 0")
-    with pytest.raises(book.BuildError,
-                       match=r"_failing_probe.ipynb: cell 1 .*`1 / 0`.*ZeroDivisionError"):
+    with pytest.raises(
+        book.BuildError, match=r"_failing_probe.ipynb: cell 1 .*`1 / 0`.*ZeroDivisionError"
+    ):
         book.execute_chapter(notebook, tmp_path / "out.ipynb", "ci")
 
 
-def test_a_cell_past_the_profiles_time_limit_fails_the_build_naming_the_chapter(tmp_path,
-                                                                                 monkeypatch):
+def test_a_cell_past_the_profiles_time_limit_fails_the_build_naming_the_chapter(
+    tmp_path, monkeypatch
+):
     monkeypatch.setitem(book.CELL_TIMEOUT_S, "ci", 2)
-    notebook = probe_notebook(tmp_path / "_slow_probe.ipynb", "profile = None",
-                              "import time\ntime.sleep(60)")
+    notebook = probe_notebook(
+        tmp_path / "_slow_probe.ipynb", "profile = None", "import time\ntime.sleep(60)"
+    )
     start = time.perf_counter()
-    with pytest.raises(book.BuildError, match=r"_slow_probe.ipynb: a cell ran past the ci profile's 2 s"
-                                              r"(.|\n)*time.sleep\(60\)"):
+    with pytest.raises(
+        book.BuildError,
+        match=r"_slow_probe.ipynb: a cell ran past the ci profile's 2 s"
+        r"(.|\n)*time.sleep\(60\)",
+    ):
         book.execute_chapter(notebook, tmp_path / "out.ipynb", "ci")
     assert time.perf_counter() - start < 30
 
@@ -88,16 +102,26 @@ def test_a_cell_past_the_profiles_time_limit_fails_the_build_naming_the_chapter(
 def test_a_kernel_that_dies_fails_the_build_naming_chapter_and_cell(tmp_path):
     import nbformat
 
-    notebook = probe_notebook(tmp_path / "_dying_probe.ipynb", "profile = None", "x = 1",
-                              "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)", "y = 2")
+    notebook = probe_notebook(
+        tmp_path / "_dying_probe.ipynb",
+        "profile = None",
+        "x = 1",
+        "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)",
+        "y = 2",
+    )
     output = tmp_path / "out.ipynb"
-    with pytest.raises(book.BuildError, match=r"_dying_probe.ipynb: the kernel died during cell 2 "
-                                              r"\(counting from 0, starting `import os, signal`\)"):
+    with pytest.raises(
+        book.BuildError,
+        match=r"_dying_probe.ipynb: the kernel died during cell 2 "
+        r"\(counting from 0, starting `import os, signal`\)",
+    ):
         book.execute_chapter(notebook, output, "ci")
     # The executed copy says which cell failed and that the one after it never ran.
-    statuses = [cell.metadata.papermill["status"]
-                for cell in nbformat.read(output, as_version=4).cells
-                if "injected-parameters" not in cell.metadata.get("tags", [])]
+    statuses = [
+        cell.metadata.papermill["status"]
+        for cell in nbformat.read(output, as_version=4).cells
+        if "injected-parameters" not in cell.metadata.get("tags", [])
+    ]
     assert statuses == ["completed", "completed", "failed", "pending"]
 
 
@@ -114,24 +138,30 @@ sys.exit(book.main(["--profile", "ci", "--device", "cpu", "--jobs", sys.argv[2],
 
 @pytest.mark.parametrize("jobs", [1, 2])
 def test_ctrl_c_ends_the_build_in_one_line_naming_chapter_and_cell(tmp_path, jobs):
-    import nbformat
     import os
     import signal
     import subprocess
     import sys
 
-    notebook = probe_notebook(tmp_path / "_sleeping_probe.ipynb", "profile = None",
-                              "import time\ntime.sleep(300)")
+    import nbformat
+
+    notebook = probe_notebook(
+        tmp_path / "_sleeping_probe.ipynb", "profile = None", "import time\ntime.sleep(300)"
+    )
     build_dir = tmp_path / "build"
     executed = build_dir / "source" / "chapters" / notebook.name
     # A session of its own, so that Ctrl-C (SIGINT to the foreground process group) reaches the
     # build and its workers as a terminal would send it, and nothing else.
-    process = subprocess.Popen([sys.executable, "-c", BOOK_OF_ONE, str(notebook), str(jobs),
-                                str(build_dir)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True, start_new_session=True,
-                               # as from a terminal, even when these tests run with SIGINT
-                               # ignored (a background job's), which Python would inherit
-                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    process = subprocess.Popen(
+        [sys.executable, "-c", BOOK_OF_ONE, str(notebook), str(jobs), str(build_dir)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        # as from a terminal, even when these tests run with SIGINT
+        # ignored (a background job's), which Python would inherit
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     deadline = time.time() + 120
     while time.time() < deadline:  # until papermill has started the sleeping cell
         try:
@@ -150,9 +180,14 @@ def test_ctrl_c_ends_the_build_in_one_line_naming_chapter_and_cell(tmp_path, job
     assert time.perf_counter() - start < 30  # the build did not wait for the cell
     assert process.returncode == 130
     assert "Traceback" not in stderr, stderr
-    assert stderr.strip().splitlines()[-1].endswith(
-        "_sleeping_probe.ipynb, cell 1 (counting from 0, starting `import time`); "
-        "finished results are kept"), stderr
+    assert (
+        stderr.strip()
+        .splitlines()[-1]
+        .endswith(
+            "_sleeping_probe.ipynb, cell 1 (counting from 0, starting `import time`); "
+            "finished results are kept"
+        )
+    ), stderr
 
 
 def test_a_chapter_process_that_dies_fails_the_build_in_one_line_naming_chapter_and_cell(tmp_path):
@@ -160,15 +195,25 @@ def test_a_chapter_process_that_dies_fails_the_build_in_one_line_naming_chapter_
     import sys
 
     # The kernel kills the process that runs its chapter (papermill, in a worker of the pool).
-    notebook = probe_notebook(tmp_path / "_killer_probe.ipynb", "profile = None",
-                              "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)")
-    result = subprocess.run([sys.executable, "-c", BOOK_OF_ONE, str(notebook), "2",
-                             str(tmp_path / "build")], capture_output=True, text=True, timeout=120)
+    notebook = probe_notebook(
+        tmp_path / "_killer_probe.ipynb",
+        "profile = None",
+        "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)",
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", BOOK_OF_ONE, str(notebook), "2", str(tmp_path / "build")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 1
     assert "Traceback" not in result.stderr, result.stderr
-    assert re.search(r"book build failed: a chapter's process died \(killed, or out of memory\) "
-                     r"while running \S*_killer_probe.ipynb at cell 1 \(counting from 0, "
-                     r"starting `import os, signal`\)", result.stderr), result.stderr
+    assert re.search(
+        r"book build failed: a chapter's process died \(killed, or out of memory\) "
+        r"while running \S*_killer_probe.ipynb at cell 1 \(counting from 0, "
+        r"starting `import os, signal`\)",
+        result.stderr,
+    ), result.stderr
 
 
 def test_a_second_build_in_the_same_folder_waits_for_the_first_saying_so(tmp_path):
@@ -186,8 +231,10 @@ def test_a_second_build_in_the_same_folder_waits_for_the_first_saying_so(tmp_pat
         assert not entered.wait(1.0)  # the second build does not start while the first runs
     assert entered.wait(10.0)  # and starts as soon as the first is done
     waiting.join()
-    assert said == [f"another build is using {tmp_path} (process {__import__('os').getpid()}); "
-                    f"waiting for it to finish ..."]
+    assert said == [
+        f"another build is using {tmp_path} (process {__import__('os').getpid()}); "
+        f"waiting for it to finish ..."
+    ]
 
 
 def test_the_build_leaves_the_callers_environment_as_it_was(built, monkeypatch):
@@ -216,11 +263,16 @@ def test_pages_load_every_script_from_the_book_itself(built):
         sources = [script["src"] for script in soup.find_all("script", src=True)]
         assert not [src for src in sources if "://" in src or src.startswith("//")], page.name
         for src in sources:
-            assert (page.parent / src.split("?")[0]).resolve().is_file(), f"{page.name}: {src} missing"
+            assert (page.parent / src.split("?")[0]).resolve().is_file(), (
+                f"{page.name}: {src} missing"
+            )
     chapter = BeautifulSoup(chapter_pages(build_dir)["05_persian_rug"].read_text(), "html.parser")
     sources = " ".join(script["src"] for script in chapter.find_all("script", src=True))
-    for script in ("vendor/requirejs/require.js", "vendor/html-manager/dist/embed-amd.js",
-                   "vendor/mathjax/es5/tex-mml-chtml.js"):
+    for script in (
+        "vendor/requirejs/require.js",
+        "vendor/html-manager/dist/embed-amd.js",
+        "vendor/mathjax/es5/tex-mml-chtml.js",
+    ):
         assert script in sources
 
 
@@ -231,7 +283,11 @@ def test_every_reference_is_cited_and_the_intro_cites_the_four_texts():
     intro = (REPO_ROOT / "intro.md").read_text()
     texts = intro + "".join(notebook.read_text() for notebook in book.chapters())
     cited = set(re.findall(r"\{cite:[pt]\}`([^`]+)`", texts))
-    assert cited <= entries and entries <= cited, (cited ^ entries)
-    for source in ("notes_toy_autoencoding", "elhage2022superposition", "lecomte2023incidental",
-                   "persianrug2024"):
+    assert cited <= entries and entries <= cited, cited ^ entries
+    for source in (
+        "notes_toy_autoencoding",
+        "elhage2022superposition",
+        "lecomte2023incidental",
+        "persianrug2024",
+    ):
         assert f"`{source}`" in intro

@@ -1,9 +1,11 @@
 """The `ci` book in a real browser, with no network: Debian's Chromium driven by Playwright.
 
 The built HTML is served from 127.0.0.1, and also opened straight from disk (file://); every
-request to any other host is refused, as for a reader offline. Each page must render its math and every widget view, each precomputed
-explorer's sliders must change the figure shown, and no script may throw. A screenshot of each page is saved under _build/screenshots/.
+request to any other host is refused, as for a reader offline. Each page must render its math
+and every widget view, each precomputed explorer's sliders must change the figure shown, and no
+script may throw. A screenshot of each page is saved under _build/screenshots/.
 """
+
 import functools
 import http.server
 import re
@@ -20,8 +22,14 @@ from toycore.paths import REPO_ROOT
 
 CHROMIUM = Path("/usr/bin/chromium")
 # Without the networking flags Chromium itself calls out to Google at start (refused here).
-CHROMIUM_ARGS = ["--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--disable-quic", "--no-first-run"]
+CHROMIUM_ARGS = [
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-quic",
+    "--no-first-run",
+]
 SCREENSHOTS = REPO_ROOT / "_build" / "screenshots"
 CHAPTER_PAGES = [f"chapters/{notebook.stem}" for notebook in book.chapters()]
 PAGES = ["intro"] + CHAPTER_PAGES
@@ -63,8 +71,9 @@ class OfflinePage:
     """A page whose requests leave 127.0.0.1 only to be refused, recording what it tried."""
 
     def __init__(self, browser, url):
-        self.context = browser.new_context(viewport={"width": 1280, "height": 900},
-                                           service_workers="block")
+        self.context = browser.new_context(
+            viewport={"width": 1280, "height": 900}, service_workers="block"
+        )
         self.page = self.context.new_page()
         self.errors, self.refused, self.unsettled = [], [], None
         self.page.on("pageerror", lambda error: self.errors.append(str(error)))
@@ -90,13 +99,18 @@ def pages(site, browser):
     for name in PAGES:
         page = OfflinePage(browser, f"{site}/{name}.html")
         views = page.page.locator('script[type="application/vnd.jupyter.widget-view+json"]').count()
-        try:  # MathJax typesets after load (pages without math do not load it); widgets draw on load
-            page.page.wait_for_function("!window.MathJax || (MathJax.startup && MathJax.startup.promise)")
+        # MathJax typesets after load (pages without math do not load it); widgets draw on load
+        try:
+            page.page.wait_for_function(
+                "!window.MathJax || (MathJax.startup && MathJax.startup.promise)"
+            )
             page.page.evaluate("window.MathJax ? MathJax.startup.promise.then(() => true) : true")
             page.page.wait_for_function(
                 "views => { const areas = [...document.querySelectorAll('.widget-subarea')];"
                 "  return areas.length == views && areas.every(area =>"
-                "    [...area.querySelectorAll('img')].some(img => img.naturalWidth > 0)); }", arg=views)
+                "    [...area.querySelectorAll('img')].some(img => img.naturalWidth > 0)); }",
+                arg=views,
+            )
         except PlaywrightTimeout as timeout:
             page.unsettled = str(timeout).splitlines()[0]
         opened[name] = page
@@ -162,14 +176,17 @@ def test_every_widget_view_renders(pages, name):
     page = pages[name].page
     views = page.locator('script[type="application/vnd.jupyter.widget-view+json"]').count()
     areas = page.locator(".widget-subarea")
-    assert views >= 2 and areas.count() == views, f"{name}: {areas.count()} of {views} views rendered"
+    assert views >= 2 and areas.count() == views, (
+        f"{name}: {areas.count()} of {views} views rendered"
+    )
     for index in range(views):
         area = areas.nth(index)
         box = area.bounding_box()
         assert box and box["height"] > 100, f"{name}: widget {index} is empty"
         assert visible_figure(area).startswith("blob:"), f"{name}: widget {index} shows no figure"
-        assert area.locator(".widget-slider, .widget-dropdown").count() >= 1, \
+        assert area.locator(".widget-slider, .widget-dropdown").count() >= 1, (
             f"{name}: widget {index} has no controls"
+        )
 
 
 def drag_to_end(page, slider):
@@ -187,8 +204,9 @@ def drag_to_end(page, slider):
 def test_each_precomputed_slider_changes_the_figure(pages, name):
     page = pages[name].page
     areas = page.locator(".widget-subarea")
-    explorers = [areas.nth(i) for i in range(areas.count())
-                 if areas.nth(i).locator("button").count() == 0]  # live explorers have a Run button
+    explorers = [
+        areas.nth(i) for i in range(areas.count()) if areas.nth(i).locator("button").count() == 0
+    ]  # live explorers have a Run button
     assert explorers, f"{name}: no precomputed explorer"
     for explorer in explorers:
         explorer.scroll_into_view_if_needed()
@@ -197,8 +215,12 @@ def test_each_precomputed_slider_changes_the_figure(pages, name):
         for index in range(sliders.count()):
             before = visible_figure(explorer)
             drag_to_end(page, sliders.nth(index))
-            page.wait_for_function(f"([area, before]) => ({VISIBLE_FIGURE_JS})(area) !== before",
-                                   arg=[explorer.element_handle(), before], timeout=5000)
+            page.wait_for_function(
+                f"([area, before]) => ({VISIBLE_FIGURE_JS})(area) !== before",
+                arg=[explorer.element_handle(), before],
+                timeout=5000,
+            )
             after = visible_figure(explorer)
-            assert after.startswith("blob:") and after != before, \
+            assert after.startswith("blob:") and after != before, (
                 f"{name}: slider {index} did not change the figure ({before} -> {after})"
+            )

@@ -13,7 +13,9 @@ def test_ledger_verdicts_and_record(tmp_path, monkeypatch):
     assert not ledger.check("b", "too far", "§1", 1.0, 1.2, 0.1)["passed"]
     assert ledger.check("c", "relative", "§2", 100.0, 104.0, 0.05, compare="rel")["passed"]
     assert not ledger.check("d", "upper bound", "§2", 0.0, 2e-6, 1e-6, compare="le")["passed"]
-    assert ledger.check("e", "lower bound", "§3", 0.01, 0.5, 0.0, compare="ge", spread=0.1)["passed"]
+    assert ledger.check("e", "lower bound", "§3", 0.01, 0.5, 0.0, compare="ge", spread=0.1)[
+        "passed"
+    ]
     assert not ledger.all_passed
     path = ledger.save()
     assert path == tmp_path / "claims" / "99_example.json"
@@ -91,19 +93,45 @@ def test_cache_key_covers_a_chapters_own_modules_and_not_other_chapters():
     relu = cache._chapter_modules("toycore.experiments.relu")
     assert relu == {"toycore.experiments.relu", "toycore.theory.relu"}
     assert cache._chapter_modules("toycore.experiments.linear") == {
-        "toycore.experiments.linear", "toycore.theory.linear"}
+        "toycore.experiments.linear",
+        "toycore.theory.linear",
+    }
     shared = cache.code_hash(__name__)
-    assert len({shared, cache.code_hash("toycore.experiments.relu"),
-                cache.code_hash("toycore.experiments.linear"), cache.code_hash()}) == 4
+    assert (
+        len(
+            {
+                shared,
+                cache.code_hash("toycore.experiments.relu"),
+                cache.code_hash("toycore.experiments.linear"),
+                cache.code_hash(),
+            }
+        )
+        == 4
+    )
 
 
 def test_every_toycore_module_is_classed_as_computing_or_outside_the_key():
     # A module not listed as outside the key is hashed into every chapter's cache key: a
     # build-only module left off that list would make every change to it retrain the whole book.
-    modules = {path.name for path in cache.PACKAGE.iterdir()
-               if path.suffix == ".py" or (path / "__init__.py").exists()}
-    computing = {"__init__.py", "cache.py", "checks.py", "data.py", "models.py", "noise.py", "paths.py",
-                 "profiles.py", "seeding.py", "train.py", "theory", "experiments"}
+    modules = {
+        path.name
+        for path in cache.PACKAGE.iterdir()
+        if path.suffix == ".py" or (path / "__init__.py").exists()
+    }
+    computing = {
+        "__init__.py",
+        "cache.py",
+        "checks.py",
+        "data.py",
+        "models.py",
+        "noise.py",
+        "paths.py",
+        "profiles.py",
+        "seeding.py",
+        "train.py",
+        "theory",
+        "experiments",
+    }
     assert modules - cache.OUTSIDE_KEY == computing
     assert cache.SHARED | set(cache.CHAPTER_PACKAGES) == computing
     assert cache.OUTSIDE_KEY <= modules

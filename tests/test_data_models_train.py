@@ -39,13 +39,16 @@ def test_basis_vectors():
     assert x.shape == (3, 4, 4) and torch.equal(x[2], torch.eye(4))
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(seeds=[], features=4, sparsity=0.5), "seeds"),
-    (dict(seeds=[0], features=0, sparsity=0.5), "features"),
-    (dict(seeds=[0], features=4, sparsity=1.5), "sparsity"),
-    (dict(seeds=[0, 1], features=4, sparsity=[0.1, 0.2, 0.3]), "sparsity has 3 values"),
-    (dict(seeds=[-1], features=4, sparsity=0.5), "seeds"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(seeds=[], features=4, sparsity=0.5), "seeds"),
+        (dict(seeds=[0], features=0, sparsity=0.5), "features"),
+        (dict(seeds=[0], features=4, sparsity=1.5), "sparsity"),
+        (dict(seeds=[0, 1], features=4, sparsity=[0.1, 0.2, 0.3]), "sparsity has 3 values"),
+        (dict(seeds=[-1], features=4, sparsity=0.5), "seeds"),
+    ],
+)
 def test_sparse_uniform_rejects_bad_input(kwargs, message):
     with pytest.raises(ValueError, match=message):
         SparseUniform(**kwargs)
@@ -77,12 +80,14 @@ def test_model_loss_gradient_matches_closed_form():
     model = LinearAutoencoder(5, 2, seeds=[0, 1], dtype=torch.float64)
     model.loss(x).sum().backward()
     for i in range(2):
-        grad_A, grad_B = th.linear_gradients(model.A[i].detach(), model.B[i].detach(),
-                                             th.second_moment(x[i]))
+        grad_A, grad_B = th.linear_gradients(
+            model.A[i].detach(), model.B[i].detach(), th.second_moment(x[i])
+        )
         torch.testing.assert_close(model.A.grad[i], grad_A)
         torch.testing.assert_close(model.B.grad[i], grad_B)
-        torch.testing.assert_close(model.loss(x)[i],
-                                   th.linear_loss(model.A[i], model.B[i], th.second_moment(x[i])))
+        torch.testing.assert_close(
+            model.loss(x)[i], th.linear_loss(model.A[i], model.B[i], th.second_moment(x[i]))
+        )
 
 
 def test_batched_training_equals_separate_training():
@@ -99,7 +104,9 @@ def test_gradient_descent_reaches_the_pca_minimum():
     model = LinearAutoencoder(5, 2, seeds=[0], init_std=0.1, dtype=torch.float64)
     history = train(model, x, steps=3000, lr=1.0)
     eigenvalues, eigenvectors = th.eigh_descending(th.second_moment(x[0]))
-    assert history.loss[-1, 0] == pytest.approx(float(th.critical_loss(eigenvalues, (0, 1))), rel=1e-9)
+    assert history.loss[-1, 0] == pytest.approx(
+        float(th.critical_loss(eigenvalues, (0, 1))), rel=1e-9
+    )
     torch.testing.assert_close(model.product()[0].detach(), th.top_projection(eigenvectors, 2))
 
 
@@ -133,12 +140,15 @@ def test_record_steps_are_log_spaced_and_include_the_ends():
     assert np.diff(steps)[-1] > np.diff(steps)[0]
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(optimizer="rmsprop"), "optimizer must be one of"),
-    (dict(lr=0.0), "lr must be finite and > 0"),
-    (dict(steps=-1), "steps must be"),
-    (dict(record_at=[0, 11]), "record_at"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(optimizer="rmsprop"), "optimizer must be one of"),
+        (dict(lr=0.0), "lr must be finite and > 0"),
+        (dict(steps=-1), "steps must be"),
+        (dict(record_at=[0, 11]), "record_at"),
+    ],
+)
 def test_train_rejects_bad_input_before_training(kwargs, message):
     model = TiedLinear(4, 2, seeds=[0])
     before = model.W.detach().clone()

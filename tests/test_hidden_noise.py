@@ -1,5 +1,6 @@
 """Chapter 4: noise laws, the noisy tied model's closed form, appendix C by Monte Carlo, and the
 direction of the fourth-norm drift."""
+
 import numpy as np
 import pytest
 import torch
@@ -50,8 +51,15 @@ def test_bad_noise_input_is_refused_before_any_work():
 
 
 def test_noisy_closed_form_matches_autograd_through_the_network():
-    model = TiedBasisAutoencoder(6, 10, [1, 2, 3], l1=[0.0, 1e-2, 0.0], noise=["bipolar", "gaussian", "laplace"],
-                                 sigma=[0.4, 0.6, 0.5], dtype=torch.float64)
+    model = TiedBasisAutoencoder(
+        6,
+        10,
+        [1, 2, 3],
+        l1=[0.0, 1e-2, 0.0],
+        noise=["bipolar", "gaussian", "laplace"],
+        sigma=[0.4, 0.6, 0.5],
+        dtype=torch.float64,
+    )
     loss = model.loss_and_grad()
     xi = model.noise._drawn[0]
     W = model.W.detach().clone().requires_grad_()
@@ -88,7 +96,9 @@ def test_bipolar_noise_sparsifies_and_gaussian_does_not_over_seeds():
         fourth[kind] = th.fourth_norms(model.W.detach()).mean(-1)
     assert (fourth["bipolar"] - fourth["gaussian"] > 0.3).all()
     # Gaussian noise leaves the encodings as spread as random unit vectors
-    assert fourth["gaussian"].mean().item() == pytest.approx(th.random_unit_fourth_norm(hidden), abs=0.03)
+    assert fourth["gaussian"].mean().item() == pytest.approx(
+        th.random_unit_fourth_norm(hidden), abs=0.03
+    )
 
 
 def test_compromising_encoding_is_found_on_a_hand_built_matrix():

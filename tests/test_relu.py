@@ -1,4 +1,5 @@
 """Chapter 2: the toy model, the sparsity-pattern expansion and its closed-form terms."""
+
 import itertools
 import math
 from types import SimpleNamespace
@@ -26,6 +27,7 @@ def random_model(features=4, hidden=2, instances=3, seed=0):
 
 # --- the model -------------------------------------------------------------------------------
 
+
 def test_model_shapes_init_and_loss_definition():
     model = ToyModel(5, 2, seeds=[0, 1, 2], importance=0.9 ** torch.arange(5.0))
     assert model.W.shape == (3, 2, 5) and model.b.shape == (3, 5)
@@ -35,8 +37,9 @@ def test_model_shapes_init_and_loss_definition():
     expected = (model.importance[:, None] * (x - y) ** 2).sum(-1).mean(-1)
     torch.testing.assert_close(model.loss(x), expected)
     linear = ToyModel(5, 2, seeds=[0], output="linear")
-    torch.testing.assert_close(linear(x[:1]), torch.einsum("ihf,ihg,ibg->ibf", linear.W, linear.W,
-                                                           x[:1]))
+    torch.testing.assert_close(
+        linear(x[:1]), torch.einsum("ihf,ihg,ibg->ibf", linear.W, linear.W, x[:1])
+    )
 
 
 def test_model_gradients_match_finite_differences():
@@ -45,7 +48,8 @@ def test_model_gradients_match_finite_differences():
     for output in ("relu", "linear"):
         assert torch.autograd.gradcheck(
             lambda W, b: toy_sample_loss(W, b, importance, x, output).mean(-1),
-            (W.clone().requires_grad_(), b.clone().requires_grad_()))
+            (W.clone().requires_grad_(), b.clone().requires_grad_()),
+        )
 
 
 def test_each_instance_gets_the_gradient_it_would_get_alone():
@@ -55,17 +59,20 @@ def test_each_instance_gets_the_gradient_it_would_get_alone():
     together.loss(x).sum().backward()
     for i, seed in enumerate(seeds):
         alone = ToyModel(3, 2, [seed], importance=importance[i])
-        alone.loss(x[i:i + 1]).sum().backward()
+        alone.loss(x[i : i + 1]).sum().backward()
         torch.testing.assert_close(together.W.grad[i], alone.W.grad[0])
         torch.testing.assert_close(together.b.grad[i], alone.b.grad[0])
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(output="tanh"), "output must be one of relu, linear"),
-    (dict(importance=[1.0, 2.0]), "importance must have shape"),
-    (dict(importance=[1.0, -1.0, 1.0]), "finite and > 0"),
-    (dict(hidden=0), "hidden must be an integer"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(output="tanh"), "output must be one of relu, linear"),
+        (dict(importance=[1.0, 2.0]), "importance must have shape"),
+        (dict(importance=[1.0, -1.0, 1.0]), "finite and > 0"),
+        (dict(hidden=0), "hidden must be an integer"),
+    ],
+)
 def test_model_rejects_bad_parameters(kwargs, message):
     arguments = dict(features=3, hidden=2, seeds=[0]) | kwargs
     with pytest.raises(ValueError, match=message):
@@ -79,11 +86,14 @@ def test_importance_decay_must_be_in_unit_interval():
 
 # --- the expansion ---------------------------------------------------------------------------
 
+
 def test_pattern_weights_times_counts_are_the_binomial_distribution():
     for n, S in [(3, 0.2), (7, 0.9)]:
         probabilities = th.pattern_weights(n, S) * th.pattern_counts(n)
         assert probabilities.sum().item() == pytest.approx(1, abs=1e-14)
-        assert probabilities[2].item() == pytest.approx(math.comb(n, 2) * (1 - S) ** 2 * S ** (n - 2))
+        assert probabilities[2].item() == pytest.approx(
+            math.comb(n, 2) * (1 - S) ** 2 * S ** (n - 2)
+        )
 
 
 def test_expansion_is_exact_for_the_linear_model():
@@ -101,8 +111,10 @@ def test_expansion_is_exact_for_the_linear_model():
             weight = 1.0
             for i, p in zip(active, point):
                 x[..., i], weight = nodes[p], weight * weights[p]
-            L[:, len(active)] += weight * toy_sample_loss(W, b, importance,
-                                                          x.expand(W.shape[0], 1, n), "linear")[:, 0]
+            L[:, len(active)] += (
+                weight
+                * toy_sample_loss(W, b, importance, x.expand(W.shape[0], 1, n), "linear")[:, 0]
+            )
     expansion = (th.pattern_weights(n, S) * L).sum(-1)
     torch.testing.assert_close(expansion, th.linear_loss(W, b, importance, S), rtol=1e-12, atol=0)
 
@@ -119,9 +131,16 @@ def test_linear_loss_matches_monte_carlo():
 def small_sweep():
     W, b, importance = random_model(features=4, hidden=2, instances=2, seed=1)
     grid = (2, 1)
-    return SimpleNamespace(features=4, hidden=2, output="relu", sparsities=np.array([0.3, 0.9]),
-                           seeds=np.array([0]), W=W.reshape(*grid, 2, 4), b=b.reshape(*grid, 4),
-                           importance=importance.reshape(*grid, 4))
+    return SimpleNamespace(
+        features=4,
+        hidden=2,
+        output="relu",
+        sparsities=np.array([0.3, 0.9]),
+        seeds=np.array([0]),
+        W=W.reshape(*grid, 2, 4),
+        b=b.reshape(*grid, 4),
+        importance=importance.reshape(*grid, 4),
+    )
 
 
 def test_pattern_expansion_adds_up_to_the_direct_estimate():
@@ -137,8 +156,9 @@ def test_zero_input_loss_is_the_positive_bias_penalty_exactly():
     W, b, importance = random_model()
     assert torch.any(b > 0) and torch.any(b < 0)
     zero = torch.zeros(W.shape[0], 1, W.shape[-1], dtype=DTYPE)
-    assert torch.equal(toy_sample_loss(W, b, importance, zero)[:, 0],
-                       (importance * torch.relu(b) ** 2).sum(-1))
+    assert torch.equal(
+        toy_sample_loss(W, b, importance, zero)[:, 0], (importance * torch.relu(b) ** 2).sum(-1)
+    )
     assert torch.equal(th.zero_input_loss(b, importance), (importance * torch.relu(b) ** 2).sum(-1))
 
 
@@ -150,7 +170,7 @@ def test_one_sparse_integrals_match_quadrature():
     for inst, i in [(0, 1), (2, 4)]:
         y = torch.relu(gram[inst, i][:, None] * t + b[inst][:, None])  # every output j vs x_i = t
         own = importance[inst, i] * torch.trapezoid((t - y[i]) ** 2, t)
-        others = importance[inst][:, None] * torch.trapezoid(y ** 2, t)[:, None]
+        others = importance[inst][:, None] * torch.trapezoid(y**2, t)[:, None]
         assert benefit[inst, i].item() == pytest.approx(own.item(), abs=1e-8)
         for j in range(5):
             expected = 0.0 if j == i else others[j, 0].item()
@@ -161,8 +181,9 @@ def test_relu_square_integral_edge_cases():
     a = torch.tensor([0.0, 0.0, 2.0, -2.0, 1.0], dtype=DTYPE)
     c = torch.tensor([0.5, -0.5, -1.0, 1.0, -2.0], dtype=DTYPE)
     # c^2 on [0,1]; nothing; ∫_{1/2}^1 (2x-1)^2 = 1/6; ∫_0^{1/2} (1-2x)^2 = 1/6; never positive
-    torch.testing.assert_close(th.relu_square_integral(a, c),
-                               torch.tensor([0.25, 0, 1 / 6, 1 / 6, 0], dtype=DTYPE))
+    torch.testing.assert_close(
+        th.relu_square_integral(a, c), torch.tensor([0.25, 0, 1 / 6, 1 / 6, 0], dtype=DTYPE)
+    )
 
 
 def test_negative_interference_and_negative_bias_are_free_at_one():
@@ -180,9 +201,11 @@ def test_negative_interference_and_negative_bias_are_free_at_one():
 
 # --- linear vs ReLU, shapes, packing ---------------------------------------------------------
 
+
 def test_trained_linear_model_never_exceeds_m_features_and_reaches_the_optimum():
-    sweep = ex.train_sweep.__wrapped__(6, 2, [0.0, 0.9, 0.97], [0, 1], decay=0.8, steps=1500,
-                                       lr=1e-2, output="linear")
+    sweep = ex.train_sweep.__wrapped__(
+        6, 2, [0.0, 0.9, 0.97], [0, 1], decay=0.8, steps=1500, lr=1e-2, output="linear"
+    )
     assert ex.represented_count(sweep.W).max() <= 2
     assert np.abs(ex.linear_gap(sweep)).max() < 0.01
     relu = ex.train_sweep.__wrapped__(6, 2, [0.97], [0, 1], decay=0.8, steps=1500, lr=1e-2)
@@ -193,13 +216,16 @@ def unit(degrees):
     return [math.cos(math.radians(degrees)), math.sin(math.radians(degrees))]
 
 
-@pytest.mark.parametrize("angles, shape", [
-    ([10, 100], "orthogonal pair"),
-    ([0, 90, 180, 270], "antipodal pairs"),
-    ([5, 77, 149, 221, 293], "pentagon"),
-    ([0, 60, 120], "other"),
-    ([0, 90, 180, 260], "other"),
-])
+@pytest.mark.parametrize(
+    "angles, shape",
+    [
+        ([10, 100], "orthogonal pair"),
+        ([0, 90, 180, 270], "antipodal pairs"),
+        ([5, 77, 149, 221, 293], "pentagon"),
+        ([0, 60, 120], "other"),
+        ([0, 90, 180, 260], "other"),
+    ],
+)
 def test_planar_shape_names_hand_built_configurations(angles, shape):
     w = torch.tensor([unit(a) for a in angles], dtype=DTYPE).T
     w = torch.cat([w, 0.1 * torch.ones(2, 1, dtype=DTYPE)], dim=1)  # one unrepresented feature

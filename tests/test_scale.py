@@ -1,5 +1,6 @@
 """Scale: the device switch, the cache key, shards on a Dask cluster, resumable sweeps, parallel
 chapters and the paper profile's records. None of it needs a GPU."""
+
 import json
 import os
 import signal
@@ -16,8 +17,6 @@ from toycore.data import SparseUniform
 from toycore.experiments import persian_rug as rug
 from toycore.experiments import polysemantic as poly
 from toycore.models import TiedBasisAutoencoder, ToyModel, UntiedAutoencoder
-from toycore.noise import HiddenNoise
-from toycore.paths import REPO_ROOT
 
 NO_GPU = not torch.cuda.is_available()
 
@@ -29,6 +28,7 @@ def fresh_device(monkeypatch):
 
 
 # --- the device ------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("value", ["gpu", "cuda:x", "CPU ", "cuda0", "tpu", "mps"])
 def test_an_unknown_device_is_refused(value, monkeypatch, fresh_device):
@@ -48,9 +48,22 @@ def test_cuda_without_a_gpu_is_refused_before_any_work(tmp_path, fresh_device):
     with pytest.raises(ValueError, match="sees no GPU"):
         book.build("ci", tmp_path, device="cuda")
     assert list(tmp_path.iterdir()) == []  # nothing built, nothing fetched
-    result = subprocess.run([sys.executable, "-m", "toycore.book", "--profile", "ci", "--device",
-                             "cuda", "--build-dir", str(tmp_path / "cli")],
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "toycore.book",
+            "--profile",
+            "ci",
+            "--device",
+            "cuda",
+            "--build-dir",
+            str(tmp_path / "cli"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 1 and "sees no GPU" in result.stderr
     assert not (tmp_path / "cli").exists()
 
@@ -58,8 +71,11 @@ def test_cuda_without_a_gpu_is_refused_before_any_work(tmp_path, fresh_device):
 def test_everything_honours_TOYCORE_DEVICE_cpu(monkeypatch, fresh_device):
     monkeypatch.setenv("TOYCORE_DEVICE", "cpu")
     assert devices.current() == torch.device("cpu")
-    models = [TiedBasisAutoencoder(4, 6, [0, 1], l1=1e-3, noise="bipolar", sigma=0.1),
-              ToyModel(5, 2, [0, 1]), UntiedAutoencoder(8, [2, 3], [0, 1])]
+    models = [
+        TiedBasisAutoencoder(4, 6, [0, 1], l1=1e-3, noise="bipolar", sigma=0.1),
+        ToyModel(5, 2, [0, 1]),
+        UntiedAutoencoder(8, [2, 3], [0, 1]),
+    ]
     for model in models:
         assert {t.device.type for t in [*model.parameters(), *model.buffers()]} == {"cpu"}
     assert models[0].noise.next().device.type == "cpu"
@@ -85,6 +101,7 @@ def test_prefetched_data_is_each_instances_own_stream():
 
 # --- the cache key ----------------------------------------------------------------------------
 
+
 def test_the_cache_key_changes_with_the_device_type_and_the_library_versions(monkeypatch):
     module = "toycore.experiments.persian_rug"
     cpu, cuda = cache.cache_key(module, "cpu"), cache.cache_key(module, "cuda")
@@ -99,20 +116,25 @@ def test_the_cache_key_changes_with_the_device_type_and_the_library_versions(mon
 
 # --- shards: in-process, on a Dask cluster, and after an interruption --------------------------
 
+
 def _grid(cache_dir, monkeypatch):
     monkeypatch.setenv("TOYCORE_CACHE", str(cache_dir))
     return rug.grid_runs([16, 32], [0.05, 0.3], [0.25, 0.5], [0, 1], steps=300)
 
 
-def test_a_chapter_5_grid_on_a_local_dask_cluster_gives_the_in_process_numbers(tmp_path,
-                                                                                monkeypatch):
+def test_a_chapter_5_grid_on_a_local_dask_cluster_gives_the_in_process_numbers(
+    tmp_path, monkeypatch
+):
     monkeypatch.delenv("TOYCORE_SCHEDULER", raising=False)
     here = _grid(tmp_path / "in-process", monkeypatch)
     # LocalCluster(n_workers=2, threads_per_worker=1, processes=True), workers without dask's
     # MALLOC_TRIM_THRESHOLD_
     with shards.local_cluster(2) as cluster:
-        assert set(shards._client(cluster.scheduler_address).run(
-            lambda: os.environ.get("MALLOC_TRIM_THRESHOLD_")).values()) == {None}
+        assert set(
+            shards._client(cluster.scheduler_address)
+            .run(lambda: os.environ.get("MALLOC_TRIM_THRESHOLD_"))
+            .values()
+        ) == {None}
         monkeypatch.setenv("TOYCORE_SCHEDULER", cluster.scheduler_address)
         # were any shard trained in this process, it would fail: the workers have their own copy
         monkeypatch.setattr(rug, "train_until_converged", None)
@@ -157,12 +179,17 @@ KILLED_ON_THIRD_SHARD = textwrap.dedent("""
 def test_a_sweep_killed_midway_recomputes_only_the_unfinished_shards(tmp_path, monkeypatch):
     monkeypatch.setenv("TOYCORE_CACHE", str(tmp_path / "cache"))
     monkeypatch.delenv("TOYCORE_SCHEDULER", raising=False)
-    killed = subprocess.run([sys.executable, "-c", KILLED_ON_THIRD_SHARD.format(sweep=SWEEP)],
-                            env={**os.environ, "TOYCORE_PROGRESS": "0"}, timeout=300)
+    killed = subprocess.run(
+        [sys.executable, "-c", KILLED_ON_THIRD_SHARD.format(sweep=SWEEP)],
+        env={**os.environ, "TOYCORE_PROGRESS": "0"},
+        timeout=300,
+    )
     assert killed.returncode == -signal.SIGKILL
     trained = []
     train = poly._train
-    monkeypatch.setattr(poly, "_train", lambda *a, **k: trained.append(a[0].hidden) or train(*a, **k))
+    monkeypatch.setattr(
+        poly, "_train", lambda *a, **k: trained.append(a[0].hidden) or train(*a, **k)
+    )
     resumed = poly.polysemantic_sweep(**SWEEP)
     assert trained == [16, 24]  # the two shards that had not finished, and no other
     assert poly.polysemantic_sweep(**SWEEP) and trained == [16, 24]  # now all are cached
@@ -179,9 +206,12 @@ def test_shards_must_be_cached_functions():
 
 # --- chapters side by side ---------------------------------------------------------------------
 
+
 def test_chapters_and_jobs_are_checked_before_any_work(tmp_path):
     assert [nb.stem for nb in book.select_chapters(["05", "01_linear_autoencoders"])] == [
-        "05_persian_rug", "01_linear_autoencoders"]
+        "05_persian_rug",
+        "01_linear_autoencoders",
+    ]
     with pytest.raises(ValueError, match="no chapter '06'"):
         book.build("ci", tmp_path, only=["06"])
     for jobs in (0, -1, 1.5, True):
@@ -193,19 +223,41 @@ def test_chapters_and_jobs_are_checked_before_any_work(tmp_path):
 
 # --- the paper profile's records ---------------------------------------------------------------
 
+
 def _record(rows, **provenance):
-    given = dict(commit="0123456789abcdef", uncommitted_changes=False, code="c0de",
-                 device="NVIDIA H100 80GB HBM3", device_type="cuda", torch="2.13.0", numpy="2",
-                 scipy="1", python="3.12", wall_time_s=61.0, chapters_at_once=1,
-                 recorded="2026-11-23 10:00 UTC")
-    return dict(chapter="99_example", profile="paper", provenance={**given, **provenance},
-                rows=rows)
+    given = dict(
+        commit="0123456789abcdef",
+        uncommitted_changes=False,
+        code="c0de",
+        device="NVIDIA H100 80GB HBM3",
+        device_type="cuda",
+        torch="2.13.0",
+        numpy="2",
+        scipy="1",
+        python="3.12",
+        wall_time_s=61.0,
+        chapters_at_once=1,
+        recorded="2026-11-23 10:00 UTC",
+    )
+    return dict(
+        chapter="99_example", profile="paper", provenance={**given, **provenance}, rows=rows
+    )
 
 
 def _row(claim_id, passed, known_failure=False, profile="paper"):
-    return dict(id=claim_id, claim=f"claim {claim_id} | with a bar", source="§1", expected=1.0,
-                measured=1.0, tolerance=0.0, compare="abs", passed=passed,
-                known_failure=known_failure, profile=profile, chapter="99_example")
+    return dict(
+        id=claim_id,
+        claim=f"claim {claim_id} | with a bar",
+        source="§1",
+        expected=1.0,
+        measured=1.0,
+        tolerance=0.0,
+        compare="abs",
+        passed=passed,
+        known_failure=known_failure,
+        profile=profile,
+        chapter="99_example",
+    )
 
 
 def test_records_are_checked_written_and_read_back(tmp_path):
@@ -214,20 +266,35 @@ def test_records_are_checked_written_and_read_back(tmp_path):
     path = records.write("99_example", good["rows"], good["provenance"], folder=tmp_path)
     assert records.load(tmp_path) == {"99_example": good} and path.name == "99_example.json"
     # A rebuild served from the cache keeps the record of the run that computed the rows.
-    same = records.recorded_before("99_example", good["rows"],
-                                   {**good["provenance"], "wall_time_s": 2.0}, folder=tmp_path)
+    same = records.recorded_before(
+        "99_example", good["rows"], {**good["provenance"], "wall_time_s": 2.0}, folder=tmp_path
+    )
     assert same == good
     for changed in ({"torch": "2.14.0"}, {"code": "new"}, {"device_type": "cpu"}):
-        assert records.recorded_before("99_example", good["rows"],
-                                       {**good["provenance"], **changed}, folder=tmp_path) is None
-    assert records.recorded_before("99_example", [_row("a", True)], good["provenance"],
-                                   folder=tmp_path) is None
-    assert records.recorded_before("98_none", good["rows"], good["provenance"],
-                                   folder=tmp_path) is None
-    bad = [_record([]), _record([_row("a", True), _row("a", True)]),
-           _record([_row("a", True, profile="cpu")]), _record([_row("a", True)], device_type="tpu"),
-           {**_record([_row("a", True)]), "provenance": {"device": "x"}},
-           _record([{**_row("a", True), "passed": None}])]
+        assert (
+            records.recorded_before(
+                "99_example", good["rows"], {**good["provenance"], **changed}, folder=tmp_path
+            )
+            is None
+        )
+    assert (
+        records.recorded_before(
+            "99_example", [_row("a", True)], good["provenance"], folder=tmp_path
+        )
+        is None
+    )
+    assert (
+        records.recorded_before("98_none", good["rows"], good["provenance"], folder=tmp_path)
+        is None
+    )
+    bad = [
+        _record([]),
+        _record([_row("a", True), _row("a", True)]),
+        _record([_row("a", True, profile="cpu")]),
+        _record([_row("a", True)], device_type="tpu"),
+        {**_record([_row("a", True)]), "provenance": {"device": "x"}},
+        _record([{**_row("a", True), "passed": None}]),
+    ]
     for record in bad:
         assert records.check(record), record
         with pytest.raises(ValueError, match="not a paper-profile record"):
@@ -235,9 +302,14 @@ def test_records_are_checked_written_and_read_back(tmp_path):
 
 
 def test_the_comparison_puts_each_claim_beside_its_recorded_verdict():
-    here = {"99_example": [_row("a", True, profile="ci"), _row("b", True, profile="ci"),
-                           _row("new", False, known_failure=True, profile="ci")],
-            "98_unrecorded": [{**_row("x", True, profile="ci"), "chapter": "98_unrecorded"}]}
+    here = {
+        "99_example": [
+            _row("a", True, profile="ci"),
+            _row("b", True, profile="ci"),
+            _row("new", False, known_failure=True, profile="ci"),
+        ],
+        "98_unrecorded": [{**_row("x", True, profile="ci"), "chapter": "98_unrecorded"}],
+    }
     recorded = {"99_example": _record([_row("a", True), _row("b", False), _row("old", True)])}
     text = book.paper_comparison(here, recorded, {"99_example": "Example"}, code="changed")
     example, unrecorded = text.split("### [98_unrecorded]")
@@ -271,10 +343,15 @@ def claim_ids_in(notebook):
             if isinstance(node, ast.Constant) and isinstance(node.value, str):
                 names.add(node.value)
             elif isinstance(node, ast.JoinedStr):
-                patterns.append("".join(re.escape(part.value) if isinstance(part, ast.Constant)
-                                        else ".+" for part in node.values))
-    return lambda claim_id: claim_id in names or any(re.fullmatch(pattern, claim_id)
-                                                     for pattern in patterns)
+                patterns.append(
+                    "".join(
+                        re.escape(part.value) if isinstance(part, ast.Constant) else ".+"
+                        for part in node.values
+                    )
+                )
+    return lambda claim_id: (
+        claim_id in names or any(re.fullmatch(pattern, claim_id) for pattern in patterns)
+    )
 
 
 def test_paper_records_are_well_formed_and_name_claims_their_chapters_make():
@@ -305,6 +382,10 @@ def test_the_intro_shows_the_paper_verdicts_or_says_none_was_recorded(built):
             assert "Paper profile recorded" in said
             assert recorded[notebook.stem]["provenance"]["device"] in said
             assert {c[2].get_text() for c in cells} <= {
-                "reproduces", "does not reproduce", "does not reproduce (explained)", "not recorded"}
+                "reproduces",
+                "does not reproduce",
+                "does not reproduce (explained)",
+                "not recorded",
+            }
         else:
             assert "has not been run" in said and {c[2].get_text() for c in cells} == {"not run"}

@@ -7,7 +7,6 @@ import torch
 from toycore.theory import linear as th
 
 
-
 @pytest.fixture(autouse=True)
 def float64():
     """The identities here hold to ~1e-15; keep the default dtype change inside this module."""
@@ -36,7 +35,11 @@ def test_population_second_moment_spectrum():
 
 def test_linear_loss_is_the_mean_reconstruction_error():
     g = torch.Generator().manual_seed(1)
-    x, A, B = torch.rand(30, 4, generator=g), torch.randn(4, 2, generator=g), torch.randn(2, 4, generator=g)
+    x, A, B = (
+        torch.rand(30, 4, generator=g),
+        torch.randn(4, 2, generator=g),
+        torch.randn(2, 4, generator=g),
+    )
     direct = (x - x @ (A @ B).T).pow(2).sum(1).mean()
     torch.testing.assert_close(th.linear_loss(A, B, th.second_moment(x)), direct)
 
@@ -61,7 +64,8 @@ def test_every_critical_point(sigma):
         grad_A, grad_B = th.linear_gradients(A, B, sigma)
         assert grad_A.abs().max() < 1e-14 and grad_B.abs().max() < 1e-14
         assert th.linear_loss(A, B, sigma).item() == pytest.approx(
-            th.critical_loss(eigenvalues, index_set).item(), abs=1e-14)
+            th.critical_loss(eigenvalues, index_set).item(), abs=1e-14
+        )
         hessian = th.hessian_eigenvalues(A, B, sigma)
         negative = int((hessian < -1e-10).sum())
         assert negative == len(th.inversions(index_set, 5))
@@ -73,7 +77,8 @@ def test_global_minimum_is_the_top_projection(sigma):
     A, B = th.critical_point(U, (0, 1))
     torch.testing.assert_close(A @ B, th.top_projection(U, 2))
     assert th.critical_loss(eigenvalues, (0, 1)) == pytest.approx(
-        (torch.trace(sigma) - eigenvalues[:2].sum()).item())
+        (torch.trace(sigma) - eigenvalues[:2].sum()).item()
+    )
 
 
 @pytest.mark.parametrize("eps", [1e-3, 0.1, 1.0, 30.0])
@@ -81,8 +86,9 @@ def test_saddle_escape_drop_is_exact(sigma, eps):
     eigenvalues, U = th.eigh_descending(sigma)
     before = th.linear_loss(*th.critical_point(U, (0, 3)), sigma)
     after = th.linear_loss(*th.saddle_escape(U, (0, 3), 3, 1, eps), sigma)
-    assert (before - after).item() == pytest.approx(th.escape_drop(eigenvalues, 3, 1, eps).item(),
-                                                    rel=1e-8)
+    assert (before - after).item() == pytest.approx(
+        th.escape_drop(eigenvalues, 3, 1, eps).item(), rel=1e-8
+    )
 
 
 def test_bad_index_sets_are_rejected(sigma):
@@ -131,7 +137,8 @@ def test_energy_gradient_is_the_identity_flow():
     torch.testing.assert_close(-gradient, th.tied_flow(W.detach(), torch.eye(6)))
     columns = W.detach().T
     by_hand = 0.25 * sum((1 - c @ c) ** 2 for c in columns) + 0.5 * sum(
-        (a @ b) ** 2 for a, b in itertools.combinations(columns, 2))
+        (a @ b) ** 2 for a, b in itertools.combinations(columns, 2)
+    )
     torch.testing.assert_close(th.energy(W.detach()), by_hand)
 
 

@@ -5,6 +5,7 @@ Data, models and the training loop are shared by every chapter; `theory`, `exper
 `devices` says where tensors live, `shards` runs a sweep's pieces in-process or on a Dask
 cluster, `cache` keeps every result, and `records` keeps the paper profile's verdicts.
 """
+
 __version__ = "0.1.0"
 # First, before any computing module: the cache reads the source of the code this process runs.
 from . import cache  # noqa: E402,F401

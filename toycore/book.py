@@ -24,6 +24,7 @@ published. ``--chapters`` executes (and, in the paper profile, records) only the
 for a machine whose sessions are too short for the whole book; it renders no HTML, nor does
 ``--no-html``, with which Binder's image build fills the result cache.
 """
+
 import argparse
 import concurrent.futures
 import contextlib
@@ -51,7 +52,8 @@ from papermill.exceptions import PapermillExecutionError
 from . import devices, offline, records, shards
 from .cache import code_hash
 from .claims import load_ledgers
-from .paths import REPO_ROOT, build_dir as default_build_dir
+from .paths import REPO_ROOT
+from .paths import build_dir as default_build_dir
 from .profiles import PROFILES, resolve_profile
 
 BOOK_FILES = ("_config.yml", "_toc.yml", "intro.md", "references.bib")
@@ -91,33 +93,43 @@ def execute_chapter(notebook, output, profile, device=None):
     timeout = CELL_TIMEOUT_S[resolve_profile(profile)]
     chapter = shown(notebook)
     try:
-        papermill.execute_notebook(str(notebook), str(output),
-                                   parameters={"profile": profile, "device": device},
-                                   kernel_name="python3", cwd=str(notebook.parent),
-                                   progress_bar=False, execution_timeout=timeout,
-                                   # Killed when done: a kernel asked to shut down while its
-                                   # cell runs (Ctrl-C) prints a traceback of its own.
-                                   shutdown_kernel="immediate")
+        papermill.execute_notebook(
+            str(notebook),
+            str(output),
+            parameters={"profile": profile, "device": device},
+            kernel_name="python3",
+            cwd=str(notebook.parent),
+            progress_bar=False,
+            execution_timeout=timeout,
+            # Killed when done: a kernel asked to shut down while its
+            # cell runs (Ctrl-C) prints a traceback of its own.
+            shutdown_kernel="immediate",
+        )
     except CellTimeoutError as error:
-        raise BuildError(f"{chapter}: a cell ran past the {profile} "
-                         f"profile's {timeout} s limit.\n{error}") from None
+        raise BuildError(
+            f"{chapter}: a cell ran past the {profile} profile's {timeout} s limit.\n{error}"
+        ) from None
     except PapermillExecutionError as error:
         executed = nbformat.read(output, as_version=4)
         raise BuildError(
             f"{chapter}: {committed_cell(executed, error.cell_index, error.source)} raised "
             f"{error.ename}: {error.evalue}\nThe executed copy with the traceback is "
-            f"{output}") from None
+            f"{output}"
+        ) from None
     except DeadKernelError:
-        raise BuildError(f"{chapter}: the kernel died during {stopped_cell(output)} (it was "
-                         f"killed, or ran out of memory)") from None
+        raise BuildError(
+            f"{chapter}: the kernel died during {stopped_cell(output)} (it was "
+            f"killed, or ran out of memory)"
+        ) from None
     except KeyboardInterrupt as interrupt:
         _kill_kernels()
         with warnings.catch_warnings():  # nbclient's kernel cleanup, cut short, is moot now
             warnings.simplefilter("ignore", RuntimeWarning)
             interrupt.__traceback__ = None
             gc.collect()
-        raise BuildInterrupted(f"interrupted during {chapter}, {stopped_cell(output)}; "
-                               f"finished results are kept") from None
+        raise BuildInterrupted(
+            f"interrupted during {chapter}, {stopped_cell(output)}; finished results are kept"
+        ) from None
     hide_injected_parameters(output)
 
 
@@ -147,8 +159,11 @@ def _kill_kernels():
 def committed_cell(executed, index, source):
     """Cell ``index`` (with ``source``) of papermill's executed copy, named as in the committed
     notebook: papermill inserts a cell of injected parameters, which that notebook lacks."""
-    injected = [i for i, cell in enumerate(executed.cells)
-                if "injected-parameters" in cell.metadata.get("tags", [])]
+    injected = [
+        i
+        for i, cell in enumerate(executed.cells)
+        if "injected-parameters" in cell.metadata.get("tags", [])
+    ]
     number = index - (1 if injected and injected[0] < index else 0)
     first_line = source.strip().splitlines()[0] if source.strip() else ""
     return f"cell {number} (counting from 0, starting `{first_line}`)"
@@ -162,8 +177,11 @@ def stopped_cell(output):
         executed = nbformat.read(output, as_version=4)
     except (OSError, ValueError):
         return "its start"
-    started = [i for i, cell in enumerate(executed.cells)
-               if cell.metadata.get("papermill", {}).get("start_time")]
+    started = [
+        i
+        for i, cell in enumerate(executed.cells)
+        if cell.metadata.get("papermill", {}).get("start_time")
+    ]
     if not started:
         return "its start"
     stopped = started[-1]
@@ -176,18 +194,25 @@ def stopped_cell(output):
 
 def ledger_summary(ledgers, titles):
     """The intro page's table of every chapter's claims ledger, linking to each chapter's table."""
-    lines = ["| chapter | profile | claims | reproduce | do not reproduce | ledger |",
-             "|---|---|---|---|---|---|"]
+    lines = [
+        "| chapter | profile | claims | reproduce | do not reproduce | ledger |",
+        "|---|---|---|---|---|---|",
+    ]
     failing = []
     for stem, rows in ledgers.items():
         passed = sum(row["passed"] for row in rows)
         profiles = ", ".join(sorted({row["profile"] for row in rows}))
         page = f"chapters/{stem}.ipynb"
-        lines.append(f"| [{titles.get(stem, stem)}]({page}) | `{profiles}` | {len(rows)} | {passed} "
-                     f"| {len(rows) - passed} | [table]({page}#{LEDGER_ANCHOR}) |")
-        failing += [f"- {titles.get(stem, stem)}: {row['claim']}"
-                    + (" (explained in the chapter)" if row["known_failure"] else " (**unexpected**)")
-                    for row in rows if not row["passed"]]
+        lines.append(
+            f"| [{titles.get(stem, stem)}]({page}) | `{profiles}` | {len(rows)} | {passed} "
+            f"| {len(rows) - passed} | [table]({page}#{LEDGER_ANCHOR}) |"
+        )
+        failing += [
+            f"- {titles.get(stem, stem)}: {row['claim']}"
+            + (" (explained in the chapter)" if row["known_failure"] else " (**unexpected**)")
+            for row in rows
+            if not row["passed"]
+        ]
     if failing:
         lines += ["", "Claims that did not reproduce in this build:", ""] + failing
     return "\n".join(lines)
@@ -220,19 +245,28 @@ def paper_comparison(ledgers, recorded, titles, code):
                 f"(`{given['device_type']}`), torch {given['torch']}, commit "
                 f"`{given['commit'][:10]}`{changes}, in {given['wall_time_s'] / 60:.1f} min "
                 f"({given['chapters_at_once']} chapter(s) at a time): "
-                f"{sum(row['passed'] for row in paper.values())} of {len(paper)} reproduce.")
+                f"{sum(row['passed'] for row in paper.values())} of {len(paper)} reproduce."
+            )
             if given["code"] != code:
                 lines.append(" toycore's computing code has changed since this record was made.")
         build_profile = next(iter(rows.values()))["profile"] if rows else "?"
-        table = ['<table class="paper-comparison"><tr><th>claim</th>'
-                 f'<th>this build (<code>{build_profile}</code>)</th><th>paper profile</th></tr>']
+        table = [
+            '<table class="paper-comparison"><tr><th>claim</th>'
+            f"<th>this build (<code>{build_profile}</code>)</th><th>paper profile</th></tr>"
+        ]
         for claim_id in list(rows) + [k for k in paper if k not in rows]:
             row = rows.get(claim_id) or paper[claim_id]
             here = _verdict(rows[claim_id]) if claim_id in rows else "not in this build"
-            there = (_verdict(paper[claim_id]) if claim_id in paper
-                     else "not run" if record is None else "not recorded")
-            table.append(f"<tr><td>{html.escape(row['claim'])}</td><td>{here}</td>"
-                         f"<td>{there}</td></tr>")
+            there = (
+                _verdict(paper[claim_id])
+                if claim_id in paper
+                else "not run"
+                if record is None
+                else "not recorded"
+            )
+            table.append(
+                f"<tr><td>{html.escape(row['claim'])}</td><td>{here}</td><td>{there}</td></tr>"
+            )
         lines += ["", "".join(table) + "</table>", ""]
     return "\n".join(lines)
 
@@ -252,8 +286,10 @@ def repository(environ=os.environ):
     ``$GITHUB_REPOSITORY`` that GitHub Actions sets, else None (no repository, no buttons)."""
     name = environ.get("TOYCORE_REPOSITORY") or environ.get("GITHUB_REPOSITORY") or None
     if name is not None and not REPOSITORY_NAME.fullmatch(name):
-        raise ValueError(f"TOYCORE_REPOSITORY / GITHUB_REPOSITORY must be a GitHub repository "
-                         f"as owner/name, e.g. toycore/toy-superposition-book; got {name!r}")
+        raise ValueError(
+            f"TOYCORE_REPOSITORY / GITHUB_REPOSITORY must be a GitHub repository "
+            f"as owner/name, e.g. toycore/toy-superposition-book; got {name!r}"
+        )
     return name
 
 
@@ -275,7 +311,8 @@ def set_repository(config_file, name):
 
 
 def add_sphinx_config(config_file, settings):
-    """Add settings to a _config.yml's ``sphinx.config`` (the build's copy, never the committed one)."""
+    """Add settings to a _config.yml's ``sphinx.config`` (the build's copy, never the committed
+    one)."""
     config = yaml.safe_load(config_file.read_text())
     config.setdefault("sphinx", {}).setdefault("config", {}).update(settings)
     config_file.write_text(yaml.safe_dump(config, sort_keys=False))
@@ -306,8 +343,9 @@ def select_chapters(names=None):
     for name in names:
         matches = [nb for nb in notebooks if nb.stem == name or nb.stem.split("_")[0] == name]
         if len(matches) != 1:
-            raise ValueError(f"no chapter {name!r}; the chapters are "
-                             f"{', '.join(nb.stem for nb in notebooks)}")
+            raise ValueError(
+                f"no chapter {name!r}; the chapters are {', '.join(nb.stem for nb in notebooks)}"
+            )
         chosen += [nb for nb in matches if nb not in chosen]
     return chosen
 
@@ -403,13 +441,18 @@ def execute_all(notebooks, source, profile, device, jobs, variables, log, on_don
     threads = max(1, (os.cpu_count() or 1) // jobs)
     variables = {**variables, "OMP_NUM_THREADS": str(threads)}
     at_once = min(jobs, len(order))
-    log(f"executing {len(order)} chapter(s) (profile {profile}, {device}), {at_once} at a time, "
-        f"torch on {threads} thread(s) in each process ...")
+    log(
+        f"executing {len(order)} chapter(s) (profile {profile}, {device}), {at_once} at a time, "
+        f"torch on {threads} thread(s) in each process ..."
+    )
     failure = None
     context = multiprocessing.get_context("spawn")  # a fresh interpreter: no torch state forked
-    with shard_cluster(jobs, threads, log) as address, \
-            concurrent.futures.ProcessPoolExecutor(at_once, mp_context=context,
-                                                   initializer=_worker_signals) as pool:
+    with (
+        shard_cluster(jobs, threads, log) as address,
+        concurrent.futures.ProcessPoolExecutor(
+            at_once, mp_context=context, initializer=_worker_signals
+        ) as pool,
+    ):
         if address:
             variables = {**variables, "TOYCORE_SCHEDULER": address}
         waiting, running = list(order), {}
@@ -418,12 +461,21 @@ def execute_all(notebooks, source, profile, device, jobs, variables, log, on_don
                 # Hand the pool only what starts now: a queued chapter could not be held back later.
                 while waiting and len(running) < at_once and failure is None:
                     notebook = waiting.pop(0)
-                    running[pool.submit(_execute_in_worker, notebook, source / notebook.name,
-                                        profile, device, variables)] = notebook
+                    running[
+                        pool.submit(
+                            _execute_in_worker,
+                            notebook,
+                            source / notebook.name,
+                            profile,
+                            device,
+                            variables,
+                        )
+                    ] = notebook
                 if not running:
                     break
-                ended, _ = concurrent.futures.wait(running,
-                                                   return_when=concurrent.futures.FIRST_COMPLETED)
+                ended, _ = concurrent.futures.wait(
+                    running, return_when=concurrent.futures.FIRST_COMPLETED
+                )
                 for future in ended:
                     notebook = running.pop(future)
                     try:
@@ -432,23 +484,30 @@ def execute_all(notebooks, source, profile, device, jobs, variables, log, on_don
                         # A worker was killed (SIGKILL, out of memory), and the pool ended
                         # every chapter it ran: which one's process died, it does not say.
                         if failure is None:
-                            where = ", ".join(f"{shown(stopped)} at "
-                                              f"{stopped_cell(source / stopped.name)}"
-                                              for stopped in [notebook, *running.values()])
-                            failure = BuildError(f"a chapter's process died (killed, or out of "
-                                                 f"memory) while running {where}")
+                            where = ", ".join(
+                                f"{shown(stopped)} at {stopped_cell(source / stopped.name)}"
+                                for stopped in [notebook, *running.values()]
+                            )
+                            failure = BuildError(
+                                f"a chapter's process died (killed, or out of "
+                                f"memory) while running {where}"
+                            )
                     except Exception as error:
                         if failure is None:
                             failure = error
-                            log(f"{shown(notebook)} failed; the chapters still "
-                                f"running finish, so that their results are cached")
+                            log(
+                                f"{shown(notebook)} failed; the chapters still "
+                                f"running finish, so that their results are cached"
+                            )
         except KeyboardInterrupt:
             _stop_workers(pool)
-            where = "; ".join(f"{shown(notebook)}, "
-                              f"{stopped_cell(source / notebook.name)}"
-                              for notebook in running.values())
-            raise BuildInterrupted(f"interrupted during {where or 'the build'}; "
-                                   f"finished results are kept") from None
+            where = "; ".join(
+                f"{shown(notebook)}, {stopped_cell(source / notebook.name)}"
+                for notebook in running.values()
+            )
+            raise BuildInterrupted(
+                f"interrupted during {where or 'the build'}; finished results are kept"
+            ) from None
     if failure is not None:
         raise failure
 
@@ -501,8 +560,9 @@ def build(profile=None, build_dir=None, log=print, device=None, jobs=None, only=
             except offline.AssetError as error:
                 raise BuildError(str(error)) from None
             if self_contained:
-                add_sphinx_config(source / "_config.yml",
-                                  offline.sphinx_settings(build_dir / "offline"))
+                add_sphinx_config(
+                    source / "_config.yml", offline.sphinx_settings(build_dir / "offline")
+                )
         claims = build_dir / "claims"
         for notebook in notebooks:  # a ledger from an earlier build must not pass for this one
             (claims / f"{notebook.stem}.json").unlink(missing_ok=True)
@@ -523,12 +583,19 @@ def build(profile=None, build_dir=None, log=print, device=None, jobs=None, only=
 
         # The kernels papermill starts inherit these: the profile and device for code that reads
         # them, the build folder for the ledgers, and no progress bars in the saved pages.
-        variables = dict(TOYCORE_PROFILE=profile, TOYCORE_DEVICE=device,
-                         TOYCORE_BUILD_DIR=str(build_dir), TOYCORE_PROGRESS="0")
+        variables = dict(
+            TOYCORE_PROFILE=profile,
+            TOYCORE_DEVICE=device,
+            TOYCORE_BUILD_DIR=str(build_dir),
+            TOYCORE_PROGRESS="0",
+        )
         execute_all(notebooks, source / "chapters", profile, device, jobs, variables, log, finished)
 
-        ledgers = {stem: rows for stem, rows in load_ledgers(claims).items()
-                   if stem in {nb.stem for nb in notebooks}}
+        ledgers = {
+            stem: rows
+            for stem, rows in load_ledgers(claims).items()
+            if stem in {nb.stem for nb in notebooks}
+        }
         missing = [nb.stem for nb in notebooks if nb.stem not in ledgers]
         if missing:
             raise BuildError(f"these chapters wrote no claims ledger: {', '.join(missing)}")
@@ -538,10 +605,11 @@ def build(profile=None, build_dir=None, log=print, device=None, jobs=None, only=
         titles = {nb.stem: notebook_title(nb) for nb in notebooks}
         ledgers = {stem: ledgers[stem] for stem in titles}  # in the book's order
         intro = source / "intro.md"
-        intro.write_text(intro.read_text()
-                         .replace(LEDGER_MARKER, ledger_summary(ledgers, titles))
-                         .replace(PAPER_MARKER, paper_comparison(ledgers, records.load(), titles,
-                                                                 code_hash())))
+        intro.write_text(
+            intro.read_text()
+            .replace(LEDGER_MARKER, ledger_summary(ledgers, titles))
+            .replace(PAPER_MARKER, paper_comparison(ledgers, records.load(), titles, code_hash()))
+        )
 
         log("rendering the HTML ...")
         return render_html(source, build_dir)
@@ -551,11 +619,26 @@ def render_html(source, build_dir):
     """Sphinx renders the executed book in ``source`` into ``<build_dir>/html``, warnings as
     errors; returns index.html."""
     jupyter_book = Path(sys.executable).parent / "jupyter-book"
-    subprocess.run([str(jupyter_book), "config", "sphinx", str(source)], check=True,
-                   stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [str(jupyter_book), "config", "sphinx", str(source)], check=True, stdout=subprocess.DEVNULL
+    )
     html_dir = build_dir / "html"
-    result = subprocess.run([sys.executable, "-m", "sphinx", "-b", "html", "-W", "--keep-going",
-                             "-q", "-d", str(build_dir / "doctrees"), str(source), str(html_dir)])
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sphinx",
+            "-b",
+            "html",
+            "-W",
+            "--keep-going",
+            "-q",
+            "-d",
+            str(build_dir / "doctrees"),
+            str(source),
+            str(html_dir),
+        ]
+    )
     if result.returncode != 0:
         raise BuildError("Sphinx reported warnings or errors (above); the book was not published")
     return html_dir / "index.html"
@@ -564,20 +647,38 @@ def render_html(source, build_dir):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--profile", default=None, help=f"one of {', '.join(PROFILES)}")
-    parser.add_argument("--device", default=None,
-                        help="auto (default: the GPU when torch sees one), cpu, cuda or cuda:k")
-    parser.add_argument("--jobs", type=int, default=None,
-                        help="processes computing chapters and shards "
-                             "(default: one per core; 1 on a GPU)")
-    parser.add_argument("--chapters", nargs="+", default=None, metavar="CHAPTER",
-                        help="execute (and record) only these, e.g. 05_persian_rug or 05; no HTML")
-    parser.add_argument("--no-html", action="store_true",
-                        help="execute (and record) the chapters, render no HTML")
+    parser.add_argument(
+        "--device",
+        default=None,
+        help="auto (default: the GPU when torch sees one), cpu, cuda or cuda:k",
+    )
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=None,
+        help="processes computing chapters and shards (default: one per core; 1 on a GPU)",
+    )
+    parser.add_argument(
+        "--chapters",
+        nargs="+",
+        default=None,
+        metavar="CHAPTER",
+        help="execute (and record) only these, e.g. 05_persian_rug or 05; no HTML",
+    )
+    parser.add_argument(
+        "--no-html", action="store_true", help="execute (and record) the chapters, render no HTML"
+    )
     parser.add_argument("--build-dir", default=None, help="default: _build at the repository root")
     args = parser.parse_args(argv)
     try:
-        index = build(args.profile, args.build_dir, device=args.device, jobs=args.jobs,
-                      only=args.chapters, render=not args.no_html)
+        index = build(
+            args.profile,
+            args.build_dir,
+            device=args.device,
+            jobs=args.jobs,
+            only=args.chapters,
+            render=not args.no_html,
+        )
     except (BuildError, ValueError) as error:
         print(f"book build failed: {error}", file=sys.stderr)
         return 1

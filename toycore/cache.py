@@ -24,6 +24,7 @@ that share the cache compute each result once: the second waits and then loads i
 ``python -m toycore.cache --prune`` (``make clean-cache``) removes the folders that no current
 code, device type and library versions can use.
 """
+
 import argparse
 import contextlib
 import fcntl
@@ -48,11 +49,30 @@ from .paths import build_dir
 
 PACKAGE = Path(__file__).resolve().parent
 # The modules whose code decides what every computation returns.
-SHARED = {"__init__.py", "cache.py", "checks.py", "data.py", "models.py", "noise.py", "paths.py",
-          "profiles.py", "seeding.py", "train.py"}
+SHARED = {
+    "__init__.py",
+    "cache.py",
+    "checks.py",
+    "data.py",
+    "models.py",
+    "noise.py",
+    "paths.py",
+    "profiles.py",
+    "seeding.py",
+    "train.py",
+}
 # Modules that do not change what a computation returns, so they stay out of the cache key.
-OUTSIDE_KEY = {"plots", "widgets.py", "claims.py", "book.py", "offline.py", "progress.py",
-               "devices.py", "shards.py", "records.py"}
+OUTSIDE_KEY = {
+    "plots",
+    "widgets.py",
+    "claims.py",
+    "book.py",
+    "offline.py",
+    "progress.py",
+    "devices.py",
+    "shards.py",
+    "records.py",
+}
 CHAPTER_PACKAGES = ("theory", "experiments")
 CHAPTER_PREFIXES = tuple(f"toycore.{package}." for package in CHAPTER_PACKAGES)
 
@@ -61,9 +81,12 @@ def _module_files():
     """The package's modules that the key may cover, relative to the package: the shared ones
     and every chapter module. Nothing else in the folder counts (a stray script, an editor's
     lock link such as ``.#linear.py``)."""
-    chapter = [Path(package) / path.name for package in CHAPTER_PACKAGES
-               for path in (PACKAGE / package).glob("*.py")
-               if path.stem.isidentifier() and path.is_file()]
+    chapter = [
+        Path(package) / path.name
+        for package in CHAPTER_PACKAGES
+        for path in (PACKAGE / package).glob("*.py")
+        if path.stem.isidentifier() and path.is_file()
+    ]
     return sorted([Path(name) for name in SHARED] + chapter)
 
 
@@ -95,10 +118,12 @@ def _covered(module_name):
     """The module files that results computed in ``module_name`` depend on (None: all)."""
     if module_name is None:
         return sorted(IMPORTED)
-    chapter = {Path(*name.split(".")[1:]).with_suffix(".py")
-               for name in _chapter_modules(module_name)}
-    return sorted(path for path in IMPORTED if path.parts[0] not in CHAPTER_PACKAGES
-                  or path in chapter) + sorted(chapter - set(IMPORTED))
+    chapter = {
+        Path(*name.split(".")[1:]).with_suffix(".py") for name in _chapter_modules(module_name)
+    }
+    return sorted(
+        path for path in IMPORTED if path.parts[0] not in CHAPTER_PACKAGES or path in chapter
+    ) + sorted(chapter - set(IMPORTED))
 
 
 def code_hash(module_name=None):
@@ -120,7 +145,8 @@ def check_source_unchanged(module_name=None):
             raise RuntimeError(
                 f"toycore/{relative} has changed since this process imported toycore: "
                 f"restart it (the kernel, or the build), so that results are computed by, and "
-                f"stored under, the code on disk")
+                f"stored under, the code on disk"
+            )
 
 
 def cache_key(module_name=None, device=None):
@@ -145,8 +171,13 @@ def result_file(func, args, kwargs, root=None, device=None):
     call = inspect.signature(func).bind(*args, **kwargs)
     call.apply_defaults()
     root = Path(root) if root is not None else cache_root()
-    return (root / cache_key(func.__module__, device) / func.__module__ / func.__qualname__
-            / f"{joblib.hash(dict(call.arguments))}.pkl")
+    return (
+        root
+        / cache_key(func.__module__, device)
+        / func.__module__
+        / func.__qualname__
+        / f"{joblib.hash(dict(call.arguments))}.pkl"
+    )
 
 
 def _say(line):
@@ -173,8 +204,10 @@ def _load(path, quiet=False):
     checksum, _, payload = stored.partition(b"\n")
     if checksum != hashlib.sha256(payload).hexdigest().encode():
         if not quiet:
-            _say(f"toycore.cache: {path} is damaged (its checksum does not match); computing "
-                 f"it again")
+            _say(
+                f"toycore.cache: {path} is damaged (its checksum does not match); computing "
+                f"it again"
+            )
         return MISSING
     return pickle.loads(payload)
 
@@ -225,6 +258,7 @@ def cached(func):
 
     The wrapper keeps the plain function as ``.uncached`` and answers ``.in_cache(*args,
     **kwargs)`` without computing anything."""
+
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
         return call(func, args, kwargs)
@@ -238,10 +272,16 @@ def prune(root=None):
     """Remove the cache folders under ``root`` that no current code can use (another code
     hash, or other library versions); returns the names removed."""
     root = Path(root) if root is not None else cache_root()
-    modules = [None] + [f"toycore.experiments.{path.stem}" for path in _module_files()
-                        if path.parts[0] == "experiments" and path.stem != "__init__"]
-    current = {f"{code_hash(module)}-{device}-{_versions()}" for module in modules
-               for device in ("cpu", "cuda")}
+    modules = [None] + [
+        f"toycore.experiments.{path.stem}"
+        for path in _module_files()
+        if path.parts[0] == "experiments" and path.stem != "__init__"
+    ]
+    current = {
+        f"{code_hash(module)}-{device}-{_versions()}"
+        for module in modules
+        for device in ("cpu", "cuda")
+    }
     removed = []
     for folder in sorted(root.iterdir()) if root.is_dir() else []:
         if folder.is_dir() and folder.name not in current:
@@ -252,15 +292,21 @@ def prune(root=None):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description="toycore's result cache")
-    parser.add_argument("--prune", action="store_true", required=True,
-                        help="remove the folders that no current code or library versions use")
+    parser.add_argument(
+        "--prune",
+        action="store_true",
+        required=True,
+        help="remove the folders that no current code or library versions use",
+    )
     parser.parse_args(argv)
     root = cache_root()
     before = sum(f.stat().st_size for f in root.rglob("*") if f.is_file()) if root.is_dir() else 0
     removed = prune(root)
     after = sum(f.stat().st_size for f in root.rglob("*") if f.is_file()) if root.is_dir() else 0
-    print(f"{root}: removed {len(removed)} folder(s) that no current code uses; "
-          f"{before / 2**20:.0f} MB before, {after / 2**20:.0f} MB now")
+    print(
+        f"{root}: removed {len(removed)} folder(s) that no current code uses; "
+        f"{before / 2**20:.0f} MB before, {after / 2**20:.0f} MB now"
+    )
     return 0
 
 

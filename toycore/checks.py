@@ -3,6 +3,7 @@
 Each raises a ValueError that names the parameter, the range it must lie in and the value it
 got, and returns the value in the form its caller computes with.
 """
+
 import math
 import numbers
 
@@ -45,12 +46,17 @@ def check_range(name, value, low=-math.inf, high=math.inf, *, low_open=False, hi
             array = np.asarray(value, dtype=float)
         except (TypeError, ValueError):
             array = None
-    inside = (array is not None and array.size > 0 and bool(np.all(np.isfinite(array)))
-              and bool(np.all(array > low if low_open else array >= low))
-              and bool(np.all(array < high if high_open else array <= high)))
+    inside = (
+        array is not None
+        and array.size > 0
+        and bool(np.all(np.isfinite(array)))
+        and bool(np.all(array > low if low_open else array >= low))
+        and bool(np.all(array < high if high_open else array <= high))
+    )
     if not inside:
-        raise ValueError(f"{name} must be finite and {_interval(low, high, low_open, high_open)}; "
-                         f"got {value!r}")
+        raise ValueError(
+            f"{name} must be finite and {_interval(low, high, low_open, high_open)}; got {value!r}"
+        )
     return value
 
 

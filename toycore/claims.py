@@ -5,6 +5,7 @@ from the numbers (never set by hand); ``ledger.save()`` writes ``<build>/claims/
 (a list of objects with id, claim, source, expected, measured, tolerance, passed, profile, ...)
 and ``ledger.table()`` renders the HTML table shown in the chapter.
 """
+
 import html
 import json
 import math
@@ -32,8 +33,19 @@ class Ledger:
     def __init__(self, chapter, profile=None):
         self.chapter, self.profile, self.rows = chapter, resolve_profile(profile), []
 
-    def check(self, id, claim, source, expected, measured, tolerance, compare="abs", spread=None,
-              note="", known_failure=False):
+    def check(
+        self,
+        id,
+        claim,
+        source,
+        expected,
+        measured,
+        tolerance,
+        compare="abs",
+        spread=None,
+        note="",
+        known_failure=False,
+    ):
         """Add a row; ``compare`` says how measured must relate to expected (see COMPARISONS).
 
         spread: the standard deviation over seeds, shown next to ``measured`` when given.
@@ -50,12 +62,21 @@ class Ledger:
         tolerance = _number("tolerance", tolerance)
         if tolerance < 0:
             raise ValueError(f"tolerance must be >= 0; got {tolerance}")
-        row = dict(id=id, claim=claim, source=source, expected=expected, measured=measured,
-                   tolerance=tolerance, compare=compare,
-                   passed=bool(COMPARISONS[compare][0](measured, expected, tolerance)),
-                   spread=None if spread is None else float(spread), note=note,
-                   known_failure=bool(known_failure),
-                   profile=self.profile, chapter=self.chapter)
+        row = dict(
+            id=id,
+            claim=claim,
+            source=source,
+            expected=expected,
+            measured=measured,
+            tolerance=tolerance,
+            compare=compare,
+            passed=bool(COMPARISONS[compare][0](measured, expected, tolerance)),
+            spread=None if spread is None else float(spread),
+            note=note,
+            known_failure=bool(known_failure),
+            profile=self.profile,
+            chapter=self.chapter,
+        )
         self.rows.append(row)
         return row
 
@@ -85,15 +106,20 @@ class LedgerTable:
         self.rows = rows
 
     def _repr_html_(self):
-        head = ("<tr><th>claim</th><th>source</th><th>expected</th><th>ours</th>"
-                "<th>tolerance</th><th>verdict</th></tr>")
+        head = (
+            "<tr><th>claim</th><th>source</th><th>expected</th><th>ours</th>"
+            "<th>tolerance</th><th>verdict</th></tr>"
+        )
         body = []
         for r in self.rows:
             measured = _format(r["measured"])
             if r["spread"] is not None:
                 measured += f" ± {_format(r['spread'])}"
-            verdict = ('<span style="color:#1a7f37">reproduces</span>' if r["passed"] else
-                       '<strong style="color:#cf222e">does not reproduce</strong>')
+            verdict = (
+                '<span style="color:#1a7f37">reproduces</span>'
+                if r["passed"]
+                else '<strong style="color:#cf222e">does not reproduce</strong>'
+            )
             if r.get("known_failure") and not r["passed"]:
                 verdict += "<br><small>(explained in the chapter)</small>"
             note = f"<br><small>{html.escape(r['note'])}</small>" if r["note"] else ""
@@ -101,11 +127,14 @@ class LedgerTable:
             body.append(
                 f"<tr><td>{html.escape(r['claim'])}{note}</td><td>{html.escape(r['source'])}</td>"
                 f"<td>{_format(r['expected'])}</td><td>{measured}</td><td>{tolerance}</td>"
-                f"<td>{verdict}</td></tr>")
+                f"<td>{verdict}</td></tr>"
+            )
         passed = sum(r["passed"] for r in self.rows)
         profile = self.rows[0]["profile"] if self.rows else "?"
-        caption = (f"<caption>Claims ledger: {passed} of {len(self.rows)} reproduce "
-                   f"(profile <code>{profile}</code>)</caption>")
+        caption = (
+            f"<caption>Claims ledger: {passed} of {len(self.rows)} reproduce "
+            f"(profile <code>{profile}</code>)</caption>"
+        )
         return f'<table class="claims-ledger">{caption}{head}{"".join(body)}</table>'
 
 

@@ -1,4 +1,5 @@
 """Synthetic data sets, batched over instances: shapes are (instances, batch, features)."""
+
 import torch
 
 from . import devices
@@ -10,8 +11,13 @@ def sparse_moments(sparsity):
     """Moments of one feature x_i = c_i u_i, c ~ Bernoulli(1-S), u ~ U[0,1]: E x_i, E x_i^2,
     E x_i^4, Var x_i, and E x_i x_j for i != j (features are independent). Works on arrays."""
     density = 1 - check_range("sparsity", sparsity, 0, 1)
-    return {"mean": density / 2, "square": density / 3, "fourth": density / 5,
-            "variance": density / 3 - density**2 / 4, "cross": density**2 / 4}
+    return {
+        "mean": density / 2,
+        "square": density / 3,
+        "fourth": density / 5,
+        "variance": density / 3 - density**2 / 4,
+        "cross": density**2 / 4,
+    }
 
 
 class SparseUniform:
@@ -26,8 +32,16 @@ class SparseUniform:
     Tensors live on ``device`` (default: ``toycore.devices.current()``).
     """
 
-    def __init__(self, seeds, features, sparsity, device=None, dtype=torch.float32,
-                 purpose="data", prefetch=1):
+    def __init__(
+        self,
+        seeds,
+        features,
+        sparsity,
+        device=None,
+        dtype=torch.float32,
+        purpose="data",
+        prefetch=1,
+    ):
         self.seeds = check_seeds(seeds)
         self.features = check_size("features", features)
         sparsity = check_probability("sparsity", sparsity)
@@ -39,8 +53,8 @@ class SparseUniform:
         self.always_off = (self.density == 0).tolist()  # S = 1: all zeros (r / 0 would be NaN)
         self.dtype = dtype
         self.generators = [generator(seed, purpose, self.device) for seed in self.seeds]
-        self._stock = [None] * len(self.seeds)   # per instance: (prefetch, batch, features)
-        self._left = [0] * len(self.seeds)       # batches of its stock an instance has not had
+        self._stock = [None] * len(self.seeds)  # per instance: (prefetch, batch, features)
+        self._left = [0] * len(self.seeds)  # batches of its stock an instance has not had
 
     def sample(self, batch, instances=None):
         """A fresh batch, shape (instances, batch, features); ``instances``: the indices of the
@@ -52,8 +66,12 @@ class SparseUniform:
             if not self._left[i] or stock.shape[1] != batch:  # (a new batch size: a new stock)
                 # one uniform r per entry: r < density marks it active, and given that, r / density
                 # is again U[0, 1]; half the random numbers of drawing c and u separately
-                r = torch.rand((self.prefetch, batch, self.features), generator=self.generators[i],
-                               device=self.device, dtype=self.dtype)
+                r = torch.rand(
+                    (self.prefetch, batch, self.features),
+                    generator=self.generators[i],
+                    device=self.device,
+                    dtype=self.dtype,
+                )
                 if self.always_off[i]:
                     self._stock[i] = r.zero_()
                 else:  # in place, and bit for bit torch.where(active, r / density, 0), but faster
@@ -74,7 +92,8 @@ def prefetch_for(instances, batch, features, budget=2**24):
 
 
 def basis_vectors(instances, features, device=None, dtype=torch.float32):
-    """The data set of all one-hot vectors e_1..e_n for each instance: (instances, features, features)."""
+    """The data set of all one-hot vectors e_1..e_n for each instance:
+    (instances, features, features)."""
     check_size("instances", instances)
     check_size("features", features)
     eye = torch.eye(features, device=devices.current() if device is None else device, dtype=dtype)

@@ -1,4 +1,5 @@
-"""Where the book computes: ``TOYCORE_DEVICE`` = ``auto`` (default), ``cpu``, ``cuda`` or ``cuda:k``.
+"""Where the book computes: ``TOYCORE_DEVICE`` = ``auto`` (default), ``cpu``, ``cuda`` or
+``cuda:k``.
 
 ``auto`` means the GPU when torch sees one, else the CPU. A notebook's ``device`` parameter wins
 over the environment variable. Every model, data stream, seed generator and trainer is built on
@@ -6,6 +7,7 @@ over the environment variable. Every model, data stream, seed generator and trai
 checked. The device type is part of the cache key (``toycore.cache``): a GPU's numbers differ in
 the last bits from the CPU's, so neither is served the other's results.
 """
+
 import os
 import platform
 import re
@@ -30,12 +32,16 @@ def resolve(device=None):
     if chosen.type == "cuda":
         if not torch.cuda.is_available():
             build = f"CUDA {torch.version.cuda}" if torch.version.cuda else "a CPU-only build"
-            raise ValueError(f"device {value!r} asked for, but torch {torch.__version__} ({build}) "
-                             f"sees no GPU here; use device 'cpu' or 'auto'")
+            raise ValueError(
+                f"device {value!r} asked for, but torch {torch.__version__} ({build}) "
+                f"sees no GPU here; use device 'cpu' or 'auto'"
+            )
         if chosen.index is not None and chosen.index >= torch.cuda.device_count():
-            raise ValueError(f"device {value!r} asked for, but torch sees "
-                             f"{torch.cuda.device_count()} GPU(s): cuda:0 to "
-                             f"cuda:{torch.cuda.device_count() - 1}")
+            raise ValueError(
+                f"device {value!r} asked for, but torch sees "
+                f"{torch.cuda.device_count()} GPU(s): cuda:0 to "
+                f"cuda:{torch.cuda.device_count() - 1}"
+            )
     return chosen
 
 

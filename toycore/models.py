@@ -6,6 +6,7 @@ Summing that vector and calling backward gives each instance exactly the gradien
 if trained alone. A model is built on ``device`` (default ``toycore.devices.current()``), its
 initial weights drawn there from each seed's own generator.
 """
+
 import torch
 from torch import nn
 
@@ -28,8 +29,9 @@ def _normal(seeds, shapes, std, dtype, device):
     per_seed = []
     for seed in seeds:
         g = generator(seed, "init", device)
-        per_seed.append([torch.randn(shape, generator=g, dtype=dtype, device=device) * std
-                         for shape in shapes])
+        per_seed.append(
+            [torch.randn(shape, generator=g, dtype=dtype, device=device) * std for shape in shapes]
+        )
     return [torch.stack(draws) for draws in zip(*per_seed)]
 
 
@@ -51,14 +53,19 @@ class Instances(nn.Module):
         """x itself; ``instances``: how many the weights in use hold, if not one per seed."""
         expected = (len(self.seeds) if instances is None else instances, self.features)
         if x.dim() != 3 or (x.shape[0], x.shape[-1]) != expected:
-            raise ValueError(f"inputs must have shape (instances={expected[0]}, batch, "
-                             f"features={expected[1]}); got {tuple(x.shape)}")
+            raise ValueError(
+                f"inputs must have shape (instances={expected[0]}, batch, "
+                f"features={expected[1]}); got {tuple(x.shape)}"
+            )
         return x
 
     def initial_std(self, init_std, default):
         """The std of the normal initial weights: ``init_std`` if given, else ``default``."""
-        return default if init_std is None else float(check_range("init_std", init_std, 0,
-                                                                  low_open=True))
+        return (
+            default
+            if init_std is None
+            else float(check_range("init_std", init_std, 0, low_open=True))
+        )
 
 
 class LinearAutoencoder(Instances):
@@ -71,8 +78,9 @@ class LinearAutoencoder(Instances):
         super().__init__(features, seeds)
         self.hidden = check_size("hidden", hidden, maximum=features)
         std = self.initial_std(init_std, features**-0.5)
-        A, B = _normal(self.seeds, [(features, hidden), (hidden, features)], std, dtype,
-                       _device(device))
+        A, B = _normal(
+            self.seeds, [(features, hidden), (hidden, features)], std, dtype, _device(device)
+        )
         self.A, self.B = nn.Parameter(A), nn.Parameter(B)
 
     def product(self):
@@ -121,8 +129,10 @@ def check_importance(importance, instances, features, dtype=torch.float32, devic
     if tensor.dim() == 1:
         tensor = tensor.expand(instances, -1)
     if tensor.shape != (instances, features):
-        raise ValueError(f"importance must have shape ({features},) or ({instances}, {features}); "
-                         f"got {tuple(tensor.shape)}")
+        raise ValueError(
+            f"importance must have shape ({features},) or ({instances}, {features}); "
+            f"got {tuple(tensor.shape)}"
+        )
     if not torch.all(torch.isfinite(tensor) & (tensor > 0)):
         raise ValueError("importance values must be finite and > 0")
     return tensor.clone()
@@ -136,13 +146,23 @@ class ToyModel(Instances):
     Init as in Elhage et al.: Xavier-normal W, zero b.
     """
 
-    def __init__(self, features, hidden, seeds, importance=None, output="relu", init_std=None,
-                 dtype=torch.float32, device=None):
+    def __init__(
+        self,
+        features,
+        hidden,
+        seeds,
+        importance=None,
+        output="relu",
+        init_std=None,
+        dtype=torch.float32,
+        device=None,
+    ):
         super().__init__(features, seeds)
         self.hidden = check_size("hidden", hidden)
         self.output, device = check_choice("output", output, OUTPUTS), _device(device)
-        self.register_buffer("importance", check_importance(importance, len(self.seeds), features,
-                                                            dtype, device))
+        self.register_buffer(
+            "importance", check_importance(importance, len(self.seeds), features, dtype, device)
+        )
         std = self.initial_std(init_std, (2 / (features + hidden)) ** 0.5)
         (W,) = _normal(self.seeds, [(hidden, features)], std, dtype, device)
         self.W = nn.Parameter(W)
@@ -153,8 +173,9 @@ class ToyModel(Instances):
 
     def loss(self, x):
         """Mean over the batch of Σ_i I_i (x_i - y_i)^2: (instances,)."""
-        return toy_sample_loss(self.W, self.b, self.importance, self.check_inputs(x),
-                               self.output).mean(-1)
+        return toy_sample_loss(
+            self.W, self.b, self.importance, self.check_inputs(x), self.output
+        ).mean(-1)
 
 
 def toy_output(W, b, x, output="relu"):
@@ -212,19 +233,34 @@ class TiedBasisAutoencoder(Instances):
     as in the authors' code.
     """
 
-    def __init__(self, features, hidden, seeds, l1=0.0, noise=None, sigma=0.0, init_std=None,
-                 dtype=torch.float32, device=None):
+    def __init__(
+        self,
+        features,
+        hidden,
+        seeds,
+        l1=0.0,
+        noise=None,
+        sigma=0.0,
+        init_std=None,
+        dtype=torch.float32,
+        device=None,
+    ):
         super().__init__(features, seeds)
         self.hidden = check_size("hidden", hidden)
         if hidden < features:
-            raise ValueError(f"hidden must be >= features ({features}): the model is about "
-                             f"polysemanticity that is not needed; got hidden={hidden}")
+            raise ValueError(
+                f"hidden must be >= features ({features}): the model is about "
+                f"polysemanticity that is not needed; got hidden={hidden}"
+            )
         device = _device(device)
         self.register_buffer("l1", check_per_instance("l1", l1, len(self.seeds), dtype).to(device))
         if noise is None and torch.any(torch.as_tensor(sigma) != 0):
             raise ValueError(f"sigma={sigma!r} needs a noise law: pass noise=")
-        self.noise = None if noise is None else HiddenNoise(self.seeds, hidden, noise, sigma, dtype,
-                                                            device=device)
+        self.noise = (
+            None
+            if noise is None
+            else HiddenNoise(self.seeds, hidden, noise, sigma, dtype, device=device)
+        )
         std = self.initial_std(init_std, hidden**-0.5)
         (W,) = _normal(self.seeds, [(features, hidden)], std, dtype, device)
         self.W = nn.Parameter(W)
@@ -272,8 +308,11 @@ def tied_basis_reference_loss(W, l1, xi=None):
 def check_hidden_sizes(hidden, instances, features):
     """Hidden sizes per instance as a list: one int for all, or one per instance, each in
     1..features; a clear error otherwise."""
-    sizes = [hidden] * instances if isinstance(hidden, int) and not isinstance(hidden, bool) \
+    sizes = (
+        [hidden] * instances
+        if isinstance(hidden, int) and not isinstance(hidden, bool)
         else list(hidden)
+    )
     if len(sizes) != instances:
         raise ValueError(f"hidden must be one size or {instances} sizes; got {len(sizes)}")
     return [check_size("hidden", size, maximum=features) for size in sizes]

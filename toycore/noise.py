@@ -3,6 +3,7 @@
 What matters for the text's analysis (appendix C) is a law's excess kurtosis μ₄/σ⁴ − 3: negative
 pushes encodings towards sparsity, zero (Gaussian) keeps the hidden space rotationally symmetric.
 """
+
 import torch
 
 from . import devices
@@ -10,8 +11,12 @@ from .checks import check_choice, check_per_instance, check_seeds, check_size
 from .seeding import generator
 
 #: the standardised fourth and sixth moments E ξ⁴/σ⁴ and E ξ⁶/σ⁶ of each law
-STANDARD_MOMENTS = {"bipolar": (1.0, 1.0), "gaussian": (3.0, 15.0), "uniform": (9 / 5, 27 / 7),
-                    "laplace": (6.0, 90.0)}
+STANDARD_MOMENTS = {
+    "bipolar": (1.0, 1.0),
+    "gaussian": (3.0, 15.0),
+    "uniform": (9 / 5, 27 / 7),
+    "laplace": (6.0, 90.0),
+}
 #: the excess kurtosis μ₄/σ⁴ − 3 of each law
 EXCESS_KURTOSIS = {kind: fourth - 3 for kind, (fourth, _) in STANDARD_MOMENTS.items()}
 
@@ -62,9 +67,13 @@ class HiddenNoise:
 
     def next(self):
         if self._drawn is None or self._next == self.chunk:
-            draws = [standard_noise(k, (self.chunk, self.hidden), g, self.dtype)
-                     for k, g in zip(self.kinds, self.generators)]
-            self._drawn = torch.stack(draws, dim=1) * self.sigma[:, None]  # (chunk, instances, hidden)
+            draws = [
+                standard_noise(k, (self.chunk, self.hidden), g, self.dtype)
+                for k, g in zip(self.kinds, self.generators)
+            ]
+            self._drawn = (
+                torch.stack(draws, dim=1) * self.sigma[:, None]
+            )  # (chunk, instances, hidden)
             self._next = 0
         self._next += 1
         return self._drawn[self._next - 1]

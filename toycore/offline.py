@@ -12,6 +12,7 @@ MathJax has a hundred component files that it loads itself, when a page needs th
 
 When npm is missing or cannot reach the registry, the build keeps the CDN defaults and says so.
 """
+
 import base64
 import fnmatch
 import hashlib
@@ -41,20 +42,42 @@ class Package:
 
 
 PACKAGES = (
-    Package("requirejs", "2.3.8",
-            "sha512-7/cTSLOdYkNBNJcDMWf+luFvMriVm7eYxp4BcFCsAX0wF421Vyce5SXP17c+Jd5otXKGNehIonFlyQXSowL6Mw==",
-            "requirejs", ("require.js", "package.json"), "require.js"),
+    Package(
+        "requirejs",
+        "2.3.8",
+        "sha512-7/cTSLOdYkNBNJcDMWf+luFvMriVm7eYxp4BcFCsAX0wF421Vyce5SXP17c+Jd5otXKGNehIonFlyQXSowL6Mw==",
+        "requirejs",
+        ("require.js", "package.json"),
+        "require.js",
+    ),
     # The AMD build of the manager for ipywidgets 8 (controls 5), and the Font Awesome files it
     # asks for next to itself.
-    Package("@jupyter-widgets/html-manager", "1.0.15",
-            "sha512-5thBIV6ymNgmPVOHvzx+gGy8ZSKmSazhtGw4/c4xJDVzRhG9PTeQsRjF3FUTopvFi//SABeNz1yp47bCrJ3CQA==",
-            "html-manager", ("dist/embed-amd.js", "dist/embed.js.LICENSE.txt", "dist/*.woff2",
-                             "dist/*.woff", "dist/*.ttf", "dist/*.eot", "dist/*.svg",
-                             "package.json"), "dist/embed-amd.js"),
+    Package(
+        "@jupyter-widgets/html-manager",
+        "1.0.15",
+        "sha512-5thBIV6ymNgmPVOHvzx+gGy8ZSKmSazhtGw4/c4xJDVzRhG9PTeQsRjF3FUTopvFi//SABeNz1yp47bCrJ3CQA==",
+        "html-manager",
+        (
+            "dist/embed-amd.js",
+            "dist/embed.js.LICENSE.txt",
+            "dist/*.woff2",
+            "dist/*.woff",
+            "dist/*.ttf",
+            "dist/*.eot",
+            "dist/*.svg",
+            "package.json",
+        ),
+        "dist/embed-amd.js",
+    ),
     # All of es5/: MathJax loads TeX extensions, fonts and the menu's parts on demand.
-    Package("mathjax", "3.2.2",
-            "sha512-Bt+SSVU8eBG27zChVewOicYs7Xsdt40qm4+UpHyX7k0/O9NliPc+x77k1/FEsPsjKPZGJvtRZM1vO+geW0OhGw==",
-            "mathjax", ("es5/*", "LICENSE", "package.json"), "es5/tex-mml-chtml.js"),
+    Package(
+        "mathjax",
+        "3.2.2",
+        "sha512-Bt+SSVU8eBG27zChVewOicYs7Xsdt40qm4+UpHyX7k0/O9NliPc+x77k1/FEsPsjKPZGJvtRZM1vO+geW0OhGw==",
+        "mathjax",
+        ("es5/*", "LICENSE", "package.json"),
+        "es5/tex-mml-chtml.js",
+    ),
 )
 
 
@@ -79,14 +102,27 @@ def npm_pack(package, destination):
         raise Unavailable("npm is not installed")
     spec = f"{package.name}@{package.version}"
     try:
-        result = subprocess.run([npm, "pack", spec, "--json", "--prefer-offline",
-                                 "--pack-destination", str(destination)],
-                                capture_output=True, text=True, timeout=NPM_TIMEOUT_S)
+        result = subprocess.run(
+            [
+                npm,
+                "pack",
+                spec,
+                "--json",
+                "--prefer-offline",
+                "--pack-destination",
+                str(destination),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=NPM_TIMEOUT_S,
+        )
     except subprocess.TimeoutExpired:
         raise Unavailable(f"`npm pack {spec}` took more than {NPM_TIMEOUT_S} s") from None
     if result.returncode != 0:
         errors = [line for line in result.stderr.splitlines() if "npm error" in line]
-        raise Unavailable(f"`npm pack {spec}` failed: {' '.join(errors[:3]) or result.stderr.strip()}")
+        raise Unavailable(
+            f"`npm pack {spec}` failed: {' '.join(errors[:3]) or result.stderr.strip()}"
+        )
     return Path(destination) / json.loads(result.stdout)[0]["filename"]
 
 
@@ -101,8 +137,10 @@ def tarball(package, cache=CACHE_DIR):
         fetched = npm_pack(package, download)
         found = integrity_of(fetched)
         if found != package.integrity:
-            raise AssetError(f"{package.name}@{package.version} from npm has checksum {found}, "
-                             f"not the pinned {package.integrity}; it was not used")
+            raise AssetError(
+                f"{package.name}@{package.version} from npm has checksum {found}, "
+                f"not the pinned {package.integrity}; it was not used"
+            )
         fetched.replace(cached)
     return cached
 
@@ -129,7 +167,8 @@ def unpack(package, archive, vendor):
 def vendor(folder, cache=CACHE_DIR, log=print):
     """Put the pinned packages under ``<folder>/vendor/``; True, or False when npm cannot serve.
 
-    A checksum mismatch raises AssetError: a wrong file is worse than a CDN, so there is no fallback.
+    A checksum mismatch raises AssetError: a wrong file is worse than a CDN, so there is no
+    fallback.
     """
     vendor_dir = Path(folder) / "vendor"
     if vendor_dir.exists():
@@ -137,10 +176,12 @@ def vendor(folder, cache=CACHE_DIR, log=print):
     try:
         archives = [(package, tarball(package, cache)) for package in PACKAGES]
     except Unavailable as reason:
-        log(f"WARNING: cannot fetch the book's JavaScript from npm ({reason}). The pages will load "
+        log(
+            f"WARNING: cannot fetch the book's JavaScript from npm ({reason}). The pages will load "
             "require.js, the widget manager and MathJax from CDNs, so their widgets and formulas "
             "need a network connection. Install Node.js and npm, or let npm reach its registry, "
-            "and build again to make the book self-contained.")
+            "and build again to make the book self-contained."
+        )
         return False
     for package, archive in archives:
         unpack(package, archive, vendor_dir)
@@ -150,11 +191,14 @@ def vendor(folder, cache=CACHE_DIR, log=print):
 # An inline script before the widget manager, on pages with widgets.
 WIDGET_SETUP_JS = """\
 var require = {paths: {"@jupyter-widgets/html-manager/dist": new URL(
-  document.documentElement.dataset.content_root + "vendor/html-manager/dist", document.baseURI).href}};
+  document.documentElement.dataset.content_root + "vendor/html-manager/dist",
+  document.baseURI).href}};
 window.addEventListener("DOMContentLoaded", function () {
   if (window.MathJax && !window.MathJax.Hub) {
     window.MathJax.Hub = {Queue: function (call) {
-      if (window.MathJax.typesetPromise) { window.MathJax.typesetPromise([call[2]]).catch(console.warn); }
+      if (window.MathJax.typesetPromise) {
+        window.MathJax.typesetPromise([call[2]]).catch(console.warn);
+      }
     }};
   }
 });"""
@@ -172,10 +216,15 @@ def sphinx_settings(folder):
     ``MathJax.Hub.Queue`` of MathJax 2 that the manager calls to typeset widget labels:
     without it every labelled widget throws a TypeError.
     """
-    scripts = {package.folder: f"../vendor/{package.folder}/{package.script}" for package in PACKAGES}
+    scripts = {
+        package.folder: f"../vendor/{package.folder}/{package.script}" for package in PACKAGES
+    }
     return {
         "html_extra_path": [str(Path(folder).resolve())],
-        "nb_ipywidgets_js": {"": {"body": WIDGET_SETUP_JS}, scripts["requirejs"]: {},
-                             scripts["html-manager"]: {}},
+        "nb_ipywidgets_js": {
+            "": {"body": WIDGET_SETUP_JS},
+            scripts["requirejs"]: {},
+            scripts["html-manager"]: {},
+        },
         "mathjax_path": scripts["mathjax"],
     }

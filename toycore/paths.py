@@ -1,4 +1,5 @@
 """Where the book writes: ``$TOYCORE_BUILD_DIR`` or ``_build`` at the repository root."""
+
 import os
 from pathlib import Path
 

@@ -7,6 +7,7 @@
 A notebook's ``profile`` parameter wins; otherwise the ``TOYCORE_PROFILE`` environment variable;
 otherwise ``cpu``.
 """
+
 import os
 from types import SimpleNamespace
 
@@ -24,7 +25,8 @@ def resolve_profile(profile=None):
 
 
 def select(profile, **settings_by_profile):
-    """The settings for ``profile`` as attributes, e.g. ``select(None, ci=dict(n=4), cpu=..., paper=...)``.
+    """The settings for ``profile`` as attributes, e.g.
+    ``select(None, ci=dict(n=4), cpu=..., paper=...)``.
 
     Every profile must be given, so that no chapter silently lacks a size for one of them.
     """
@@ -32,6 +34,8 @@ def select(profile, **settings_by_profile):
     missing = [p for p in PROFILES if p not in settings_by_profile]
     unknown = [p for p in settings_by_profile if p not in PROFILES]
     if missing or unknown:
-        raise ValueError(f"settings needed for exactly the profiles {PROFILES}; "
-                         f"missing {missing}, unknown {unknown}")
+        raise ValueError(
+            f"settings needed for exactly the profiles {PROFILES}; "
+            f"missing {missing}, unknown {unknown}"
+        )
     return SimpleNamespace(profile=profile, **settings_by_profile[profile])

@@ -3,6 +3,7 @@
 The book build and the tests set ``TOYCORE_PROGRESS=0`` so that executed notebooks carry no
 progress-bar widgets or carriage-return clutter; a reader's live kernel shows them.
 """
+
 import os
 
 from tqdm.auto import tqdm

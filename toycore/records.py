@@ -12,6 +12,7 @@ the texts' sizes gave, on which machine and when. ``code`` is the hash of toycor
 modules at the time (``toycore.cache.code_hash()``): the intro says when the code has changed
 since a record was made.
 """
+
 import datetime
 import json
 import platform
@@ -26,16 +27,40 @@ from .cache import code_hash
 from .paths import REPO_ROOT
 
 FOLDER = REPO_ROOT / "results" / "paper"
-PROVENANCE = ("commit", "uncommitted_changes", "code", "device", "device_type", "torch", "numpy",
-              "scipy", "python", "wall_time_s", "chapters_at_once", "recorded")
-ROW_KEYS = ("id", "claim", "source", "expected", "measured", "tolerance", "compare", "passed",
-            "known_failure", "profile", "chapter")
+PROVENANCE = (
+    "commit",
+    "uncommitted_changes",
+    "code",
+    "device",
+    "device_type",
+    "torch",
+    "numpy",
+    "scipy",
+    "python",
+    "wall_time_s",
+    "chapters_at_once",
+    "recorded",
+)
+ROW_KEYS = (
+    "id",
+    "claim",
+    "source",
+    "expected",
+    "measured",
+    "tolerance",
+    "compare",
+    "passed",
+    "known_failure",
+    "profile",
+    "chapter",
+)
 
 
 def _git(*args):
     try:
-        return subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True,
-                              check=True).stdout.strip()
+        return subprocess.run(
+            ["git", *args], cwd=REPO_ROOT, capture_output=True, text=True, check=True
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return None
 
@@ -44,13 +69,20 @@ def provenance(device, wall_time_s, chapters_at_once):
     """Where, when and with what a chapter ran: a dict with the keys of PROVENANCE."""
     device = devices.resolve(device)
     changes = _git("status", "--porcelain", "--", "toycore", "chapters")
-    return dict(commit=_git("rev-parse", "HEAD") or "unknown",
-                uncommitted_changes=bool(changes) if changes is not None else None,
-                code=code_hash(), device=devices.describe(device), device_type=device.type,
-                torch=torch.__version__, numpy=numpy.__version__, scipy=scipy.__version__,
-                python=platform.python_version(), wall_time_s=round(float(wall_time_s), 1),
-                chapters_at_once=int(chapters_at_once),
-                recorded=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))
+    return dict(
+        commit=_git("rev-parse", "HEAD") or "unknown",
+        uncommitted_changes=bool(changes) if changes is not None else None,
+        code=code_hash(),
+        device=devices.describe(device),
+        device_type=device.type,
+        torch=torch.__version__,
+        numpy=numpy.__version__,
+        scipy=scipy.__version__,
+        python=platform.python_version(),
+        wall_time_s=round(float(wall_time_s), 1),
+        chapters_at_once=int(chapters_at_once),
+        recorded=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+    )
 
 
 # A record made with the same code, device type and libraries, with the same rows, is the same
@@ -65,8 +97,9 @@ def recorded_before(chapter, rows, provenance, folder=None):
     if not path.exists():
         return None
     record = json.loads(path.read_text())
-    same = (json.dumps(record.get("rows")) == json.dumps(rows)
-            and all(record.get("provenance", {}).get(key) == provenance[key] for key in SAME_RUN))
+    same = json.dumps(record.get("rows")) == json.dumps(rows) and all(
+        record.get("provenance", {}).get(key) == provenance[key] for key in SAME_RUN
+    )
     return record if same else None
 
 
@@ -123,9 +156,9 @@ def check(record):
         if missing:
             problems.append(f"row {row.get('id')!r} lacks {', '.join(missing)}")
         elif row["profile"] != "paper" or row["chapter"] != chapter:
-            problems.append(f"row {row['id']!r} is from profile {row['profile']!r}, "
-                            f"chapter {row['chapter']!r}")
+            problems.append(
+                f"row {row['id']!r} is from profile {row['profile']!r}, chapter {row['chapter']!r}"
+            )
         elif not isinstance(row["passed"], bool):
             problems.append(f"row {row['id']!r} has no verdict")
     return problems
-

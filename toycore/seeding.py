@@ -3,6 +3,7 @@
 A model's initial weights and its data must not come from the same stream, so each use names
 its purpose ("init", "data", ...) and gets its own generator derived from (seed, purpose).
 """
+
 import zlib
 
 import torch

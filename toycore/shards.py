@@ -14,6 +14,7 @@ already in the cache and computes the others with joblib, on the backend the use
 A shard is in the cache the moment it finishes, so an interrupted sweep (Ctrl-C, a killed worker
 or kernel) loses only the shards in flight, and running it again computes only those.
 """
+
 import functools
 import os
 import warnings
@@ -29,8 +30,10 @@ def scheduler():
     """The Dask scheduler's address from ``$TOYCORE_SCHEDULER``, or None for in-process."""
     address = os.environ.get("TOYCORE_SCHEDULER", "").strip()
     if address and "://" not in address:
-        raise ValueError(f"TOYCORE_SCHEDULER must be a Dask scheduler's address such as "
-                         f"tcp://host:8786; got {address!r}")
+        raise ValueError(
+            f"TOYCORE_SCHEDULER must be a Dask scheduler's address such as "
+            f"tcp://host:8786; got {address!r}"
+        )
     return address or None
 
 
@@ -54,17 +57,25 @@ def local_cluster(workers, threads=1):
 
     settings = dict(dotted(dask.config.collect([str(WORKER_CONFIG)], env={})))
     with dask.config.set(settings):
-        return LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                            dashboard_address=":0",  # any free port: no clash, no warning
-                            # dask's nanny sets all three to 1, and MKL's wins in torch
-                            env={**dict.fromkeys(("OMP_NUM_THREADS", "MKL_NUM_THREADS",
-                                                  "OPENBLAS_NUM_THREADS"), str(threads)),
-                                 "TOYCORE_PROGRESS": "0"})
+        return LocalCluster(
+            n_workers=workers,
+            threads_per_worker=1,
+            processes=True,
+            dashboard_address=":0",  # any free port: no clash, no warning
+            # dask's nanny sets all three to 1, and MKL's wins in torch
+            env={
+                **dict.fromkeys(
+                    ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"), str(threads)
+                ),
+                "TOYCORE_PROGRESS": "0",
+            },
+        )
 
 
 @functools.lru_cache(maxsize=None)
 def _client(address):
-    """One Dask client per scheduler for the life of the process (joblib's dask backend finds it)."""
+    """One Dask client per scheduler for the life of the process (joblib's dask backend finds
+    it)."""
     from dask.distributed import Client
 
     return Client(address, timeout="30s")
@@ -75,14 +86,18 @@ def _compute(shard, root, device, key, args, kwargs):
     ``key``: the caller's cache key, which a Dask worker must share (None: in-process)."""
     devices.use(device)
     if key and os.environ.get("MALLOC_TRIM_THRESHOLD_"):
-        warnings.warn("this Dask worker runs with MALLOC_TRIM_THRESHOLD_ set (dask's nanny sets "
-                      "it), which made torch 2.6x slower here: start workers with "
-                      "DASK_CONFIG=toycore/dask (see the README)")
+        warnings.warn(
+            "this Dask worker runs with MALLOC_TRIM_THRESHOLD_ set (dask's nanny sets "
+            "it), which made torch 2.6x slower here: start workers with "
+            "DASK_CONFIG=toycore/dask (see the README)"
+        )
     here = key and cache.cache_key(shard.__module__, device)
     if here != key:
-        raise RuntimeError(f"this worker's toycore code or library versions differ from the "
-                           f"caller's (cache key {here}, the caller's {key}): install the same "
-                           f"commit and pins on every worker")
+        raise RuntimeError(
+            f"this worker's toycore code or library versions differ from the "
+            f"caller's (cache key {here}, the caller's {key}): install the same "
+            f"commit and pins on every worker"
+        )
     return cache.call(shard.uncached, args, kwargs, root, device)
 
 

@@ -7,6 +7,7 @@ A model with ``loss_and_grad()`` supplies its own (closed-form) gradient; any ot
 ``loss`` is differentiated by autograd. It records each instance's loss at chosen steps, and any
 metric ``fn(model) -> (instances, ...)`` at the same steps.
 """
+
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -21,8 +22,9 @@ OPTIMIZERS = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam, "adamw": torch.o
 @dataclass
 class History:
     """What a run recorded; step k's values are those of the weights before the (k+1)-th update."""
-    steps: np.ndarray                       # (records,)
-    loss: np.ndarray                        # (records, instances)
+
+    steps: np.ndarray  # (records,)
+    loss: np.ndarray  # (records, instances)
     metrics: dict = field(default_factory=dict)  # name -> (records, instances, ...)
 
 
@@ -53,11 +55,22 @@ def diverged(model, instance, step, last_finite, settings):
     return FloatingPointError(
         f"training diverged: instance {instance} (seed {model.seeds[instance]}) has a loss that "
         f"is not finite at step {step}{since}; {type(model).__name__}, {described}. A smaller "
-        f"lr or init_std may train")
+        f"lr or init_std may train"
+    )
 
 
-def train(model, data, *, steps, lr, optimizer="sgd", record_at=None, metrics=None,
-          desc="training", **optimizer_options):
+def train(
+    model,
+    data,
+    *,
+    steps,
+    lr,
+    optimizer="sgd",
+    record_at=None,
+    metrics=None,
+    desc="training",
+    **optimizer_options,
+):
     """Train ``model`` in place and return its History.
 
     record_at: the steps (0..steps) at which loss and metrics are recorded; default
@@ -88,8 +101,9 @@ def train(model, data, *, steps, lr, optimizer="sgd", record_at=None, metrics=No
                 values = {"loss": loss, **{name: fn(model) for name, fn in metrics.items()}}
                 for name, value in values.items():
                     if name not in recorded:
-                        recorded[name] = torch.empty((len(record_at), *value.shape),
-                                                     dtype=value.dtype)
+                        recorded[name] = torch.empty(
+                            (len(record_at), *value.shape), dtype=value.dtype
+                        )
                     recorded[name][next_record] = value.detach()  # a copy, never a view
             checked = recorded["loss"][next_record]
             next_record += 1
@@ -123,9 +137,10 @@ def train(model, data, *, steps, lr, optimizer="sgd", record_at=None, metrics=No
 @dataclass
 class ConvergedRun:
     """What ``train_until_converged`` did, per instance."""
-    steps: np.ndarray       # (instances,) steps each instance took
-    converged: np.ndarray   # (instances,) whether its stopping rule fired (else it hit the cap)
-    loss: list              # per instance, its training loss at every step it took
+
+    steps: np.ndarray  # (instances,) steps each instance took
+    converged: np.ndarray  # (instances,) whether its stopping rule fired (else it hit the cap)
+    loss: list  # per instance, its training loss at every step it took
 
 
 def stopped(losses, window):
@@ -133,12 +148,23 @@ def stopped(losses, window):
     lower than the mean of the ``window`` steps before them."""
     if len(losses) < 2 * window:
         return False
-    return np.mean(losses[-window:]) >= np.mean(losses[-2 * window:-window])
+    return np.mean(losses[-window:]) >= np.mean(losses[-2 * window : -window])
 
 
-def train_until_converged(model, data, *, lr, batch, window=200, check_every=30,
-                          max_steps=45_000, steps=None, betas=(0.9, 0.999), eps=1e-7,
-                          desc="training"):
+def train_until_converged(
+    model,
+    data,
+    *,
+    lr,
+    batch,
+    window=200,
+    check_every=30,
+    max_steps=45_000,
+    steps=None,
+    betas=(0.9, 0.999),
+    eps=1e-7,
+    desc="training",
+):
     """Adam on every instance until its own stopping rule fires (``steps=N``: exactly N steps).
 
     ``data.sample(batch, instances)`` draws fresh batches for the instances still training; lr
@@ -215,5 +241,8 @@ def train_until_converged(model, data, *, lr, batch, window=200, check_every=30,
                 second_moment[name][index] = m2[name]
         running = [k for k in running if k not in finished]
     bar.close()
-    return ConvergedRun(steps=np.array([len(h) for h in history]), converged=converged,
-                        loss=[np.array(h) for h in history])
+    return ConvergedRun(
+        steps=np.array([len(h) for h in history]),
+        converged=converged,
+        loss=[np.array(h) for h in history],
+    )

@@ -8,6 +8,7 @@
   to the kernel on the channel it is polling for the cell's reply, and now and then never sees
   the reply (jupyter/nbclient#312): chapter 5's build hung on such a cell in two runs of six.
 """
+
 import inspect
 import itertools
 
@@ -32,16 +33,24 @@ def precomputed_explorer(render, **axes):
         if len(values) < 1:
             raise ValueError(f"axis {name!r} has no values")
     names = list(axes)
-    sliders = [widgets.SelectionSlider(options=[(str(v), v) for v in axes[name]], description=name,
-                                       continuous_update=True) for name in names]
-    frames = {combo: _image(render(**dict(zip(names, combo))))
-              for combo in itertools.product(*axes.values())}
+    sliders = [
+        widgets.SelectionSlider(
+            options=[(str(v), v) for v in axes[name]], description=name, continuous_update=True
+        )
+        for name in names
+    ]
+    frames = {
+        combo: _image(render(**dict(zip(names, combo))))
+        for combo in itertools.product(*axes.values())
+    }
     if len(names) == 1:
         stack = widgets.Stack([frames[(v,)] for v in axes[names[0]]], selected_index=0)
         widgets.jslink((sliders[0], "index"), (stack, "selected_index"))
     else:
-        inner = [widgets.Stack([frames[(a, b)] for b in axes[names[1]]], selected_index=0)
-                 for a in axes[names[0]]]
+        inner = [
+            widgets.Stack([frames[(a, b)] for b in axes[names[1]]], selected_index=0)
+            for a in axes[names[0]]
+        ]
         for child in inner:
             widgets.jslink((sliders[1], "index"), (child, "selected_index"))
         stack = widgets.Stack(inner, selected_index=0)

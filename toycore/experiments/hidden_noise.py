@@ -6,6 +6,7 @@ authors' code. Figure 5's two sides are shards (``toycore.shards``). Appendix C'
 expansion is checked by Monte Carlo on a single encoding, on the host (its least-squares
 control variates use a solver only the CPU has). Runs that take long are ``@cached``.
 """
+
 import itertools
 from types import SimpleNamespace
 
@@ -24,15 +25,30 @@ from ..theory.polysemantic import count_polysemantic
 from ..train import record_steps, train
 
 DTYPE = torch.float64
-METRICS = {"fourth": lambda model: th.fourth_norms(model.W), "squared": lambda model: th.squared_norms(model.W)}
+METRICS = {
+    "fourth": lambda model: th.fourth_norms(model.W),
+    "squared": lambda model: th.squared_norms(model.W),
+}
 
 
 def _run(model, *, steps, lr, records, desc):
     """SGD; the per-encoding fourth and squared norms at log-spaced steps and the final W."""
-    history = train(model, None, steps=steps, lr=lr, optimizer="sgd",
-                    record_at=record_steps(steps, records), metrics=METRICS, desc=desc)
-    return (history.steps, history.metrics["fourth"].astype(float),
-            history.metrics["squared"].astype(float), to_host(model.W.to(DTYPE)))
+    history = train(
+        model,
+        None,
+        steps=steps,
+        lr=lr,
+        optimizer="sgd",
+        record_at=record_steps(steps, records),
+        metrics=METRICS,
+        desc=desc,
+    )
+    return (
+        history.steps,
+        history.metrics["fourth"].astype(float),
+        history.metrics["squared"].astype(float),
+        to_host(model.W.to(DTYPE)),
+    )
 
 
 @cached
@@ -43,15 +59,28 @@ def noise_runs(features, hidden, kinds, sigmas, seeds, *, steps, lr, records=120
     seeds = check_seeds(seeds)
     kinds = [check_noise(k) for k in kinds]
     grid = list(itertools.product(kinds, sigmas, seeds))
-    model = TiedBasisAutoencoder(features, hidden, [s for *_, s in grid], noise=[k for k, *_ in grid],
-                                 sigma=[g for _, g, _ in grid])
-    steps_at, fourth, squared, W = _run(model, steps=steps, lr=lr, records=records,
-                                        desc=f"{len(grid)} noisy models")
+    model = TiedBasisAutoencoder(
+        features,
+        hidden,
+        [s for *_, s in grid],
+        noise=[k for k, *_ in grid],
+        sigma=[g for _, g, _ in grid],
+    )
+    steps_at, fourth, squared, W = _run(
+        model, steps=steps, lr=lr, records=records, desc=f"{len(grid)} noisy models"
+    )
     shape = (len(kinds), len(sigmas), len(seeds))
     return SimpleNamespace(
-        kinds=kinds, sigmas=np.array(sigmas), seeds=np.array(seeds), hidden=hidden, lr=lr,
-        steps=steps_at, fourth=fourth.reshape(len(steps_at), *shape, features),
-        squared=squared.reshape(len(steps_at), *shape, features), W=W.reshape(*shape, features, hidden))
+        kinds=kinds,
+        sigmas=np.array(sigmas),
+        seeds=np.array(seeds),
+        hidden=hidden,
+        lr=lr,
+        steps=steps_at,
+        fourth=fourth.reshape(len(steps_at), *shape, features),
+        squared=squared.reshape(len(steps_at), *shape, features),
+        W=W.reshape(*shape, features, hidden),
+    )
 
 
 SIDES = ("l1", "noise")
@@ -68,13 +97,17 @@ def strength_side(features, hidden, values, seeds, *, side, steps, lr, records=1
     per_instance = [value for value in values for _ in seeds]
     options = dict(l1=per_instance) if side == "l1" else dict(noise="bipolar", sigma=per_instance)
     model = TiedBasisAutoencoder(features, hidden, list(seeds) * len(values), **options)
-    steps_at, fourth, squared, W = _run(model, steps=steps, lr=lr, records=records,
-                                        desc=f"{len(per_instance)} models over {side}")
+    steps_at, fourth, squared, W = _run(
+        model, steps=steps, lr=lr, records=records, desc=f"{len(per_instance)} models over {side}"
+    )
     shape = (len(values), len(seeds))
-    return SimpleNamespace(values=np.array(values), steps=steps_at,
-                           fourth=fourth.reshape(-1, *shape, features),
-                           squared=squared.reshape(-1, *shape, features),
-                           W=W.reshape(*shape, features, hidden))
+    return SimpleNamespace(
+        values=np.array(values),
+        steps=steps_at,
+        fourth=fourth.reshape(-1, *shape, features),
+        squared=squared.reshape(-1, *shape, features),
+        W=W.reshape(*shape, features, hidden),
+    )
 
 
 def strength_sweep(features, hidden, l1s, sigmas, seeds, *, steps, lr, records=120):
@@ -86,24 +119,48 @@ def strength_sweep(features, hidden, l1s, sigmas, seeds, *, steps, lr, records=1
     # the shards' own checks would run only once the sweep has started: check here first
     seeds, features = list(check_seeds(seeds)), check_size("features", features)
     check_size("hidden", hidden, minimum=features), check_range("l1s", l1s, 0)
-    check_range("sigmas", sigmas, 0), check_size("steps", steps), check_range("lr", lr, 0, low_open=True)
+    (
+        check_range("sigmas", sigmas, 0),
+        check_size("steps", steps),
+        check_range("lr", lr, 0, low_open=True),
+    )
     options = dict(steps=steps, lr=lr, records=records)
-    l1, noise = shards.run(strength_side, [
-        ((features, hidden, list(l1s), seeds), dict(side="l1", **options)),
-        ((features, hidden, list(sigmas), seeds), dict(side="noise", **options))], "Figure 5")
-    return SimpleNamespace(steps=l1.steps, seeds=np.array(seeds), hidden=hidden, lr=lr, l1=l1,
-                           noise=noise)
+    l1, noise = shards.run(
+        strength_side,
+        [
+            ((features, hidden, list(l1s), seeds), dict(side="l1", **options)),
+            ((features, hidden, list(sigmas), seeds), dict(side="noise", **options)),
+        ],
+        "Figure 5",
+    )
+    return SimpleNamespace(
+        steps=l1.steps, seeds=np.array(seeds), hidden=hidden, lr=lr, l1=l1, noise=noise
+    )
 
 
 @cached
 def single_runs(features, hidden, sigmas, seed, *, steps, lr, records=300):
     """Figure 6: one instance (one seed) under bipolar noise at each σ: each encoding's fourth
     norm over time, (records, σs, features), and the final W, (σs, n, m)."""
-    model = TiedBasisAutoencoder(features, hidden, [seed] * len(sigmas), noise="bipolar", sigma=sigmas)
-    steps_at, fourth, squared, W = _run(model, steps=steps, lr=lr, records=records,
-                                        desc=f"seed {seed}, σ = {', '.join(map(str, sigmas))}")
-    return SimpleNamespace(sigmas=np.array(sigmas), seed=seed, steps=steps_at, fourth=fourth,
-                           squared=squared, W=W, lr=lr)
+    model = TiedBasisAutoencoder(
+        features, hidden, [seed] * len(sigmas), noise="bipolar", sigma=sigmas
+    )
+    steps_at, fourth, squared, W = _run(
+        model,
+        steps=steps,
+        lr=lr,
+        records=records,
+        desc=f"seed {seed}, σ = {', '.join(map(str, sigmas))}",
+    )
+    return SimpleNamespace(
+        sigmas=np.array(sigmas),
+        seed=seed,
+        steps=steps_at,
+        fourth=fourth,
+        squared=squared,
+        W=W,
+        lr=lr,
+    )
 
 
 def time_to_level(steps, fourth, level):
@@ -140,17 +197,29 @@ def compromising_encodings(W, level=0.2, owner=0.5, share=0.1):
     for i, f4 in enumerate(th.fourth_norms(W)):
         if f4 >= level:
             continue
-        columns = [int(j) for j in np.flatnonzero(owned) if owners[j] != i
-                   and abs(W[i, j]) >= share and np.sign(W[i, j]) != np.sign(W[owners[j], j])]
+        columns = [
+            int(j)
+            for j in np.flatnonzero(owned)
+            if owners[j] != i
+            and abs(W[i, j]) >= share
+            and np.sign(W[i, j]) != np.sign(W[owners[j], j])
+        ]
         others = int((owned & (owners != i)).sum())
         if columns and len(columns) == others:
             sizes = np.abs(W[i, columns])
-            found.append(SimpleNamespace(encoding=i, fourth=float(f4), columns=columns,
-                                         spread=float(sizes.max() / sizes.min())))
+            found.append(
+                SimpleNamespace(
+                    encoding=i,
+                    fourth=float(f4),
+                    columns=columns,
+                    spread=float(sizes.max() / sizes.min()),
+                )
+            )
     return found
 
 
 # --- appendix C: the loss one SGD step later, by Monte Carlo ----------------------------------
+
 
 def next_step_loss(encoding, kind, sigma, lr, samples, seed):
     """E over ξ of the expected loss on e_1 after one SGD step of the one-feature model from
@@ -175,14 +244,27 @@ def next_step_loss(encoding, kind, sigma, lr, samples, seed):
     loss = (squared - 1) ** 2 + sigma**2 * squared
     a, norm = xi @ encoding, xi.square().sum(-1)
     fourth = STANDARD_MOMENTS[kind][0] * sigma**4
-    controls = torch.stack([a, a**2 - sigma**2, a**3, norm - hidden * sigma**2, a * norm,
-                            a**2 * norm - (fourth + (hidden - 1) * sigma**4)], 1)
+    controls = torch.stack(
+        [
+            a,
+            a**2 - sigma**2,
+            a**3,
+            norm - hidden * sigma**2,
+            a * norm,
+            a**2 * norm - (fourth + (hidden - 1) * sigma**4),
+        ],
+        1,
+    )
     centred = controls - controls.mean(0)
     # bipolar noise has |ξ|² = mσ² exactly, so some controls are constant or repeat others:
     # scale each to unit spread and let a rank-revealing solver drop what is degenerate
     spread = centred.std(0).clamp(min=torch.finfo(DTYPE).tiny)
-    beta = torch.linalg.lstsq(centred / spread, (loss - loss.mean())[:, None], rcond=1e-9,
-                              driver="gelsd").solution[:, 0] / spread
+    beta = (
+        torch.linalg.lstsq(
+            centred / spread, (loss - loss.mean())[:, None], rcond=1e-9, driver="gelsd"
+        ).solution[:, 0]
+        / spread
+    )
     adjusted = loss - controls @ beta
     return float(adjusted.mean()), float(adjusted.std() / samples**0.5)
 
@@ -204,16 +286,27 @@ def kurtosis_check(hidden, kinds, sigma, lrs, samples, seed=0):
     shape = (len(kinds), len(lrs))
     measured, error, text, ours = (np.zeros(shape) for _ in range(4))
     for (i, kind), (j, lr) in itertools.product(enumerate(kinds), enumerate(lrs)):
-        (a, sa), (b, sb) = (next_step_loss(e, kind, sigma, lr, samples, seed + k)
-                            for k, e in enumerate((sparse, dense)))
+        (a, sa), (b, sb) = (
+            next_step_loss(e, kind, sigma, lr, samples, seed + k)
+            for k, e in enumerate((sparse, dense))
+        )
         measured[i, j], error[i, j] = a - b, np.hypot(sa, sb)
         text[i, j] = th.sparsity_term(gap, kind, sigma, lr)
         ours[i, j] = th.sparsity_term(gap, kind, sigma, lr, hidden=hidden, order=3)
-    return SimpleNamespace(kinds=list(kinds), lrs=np.array(lrs), sigma=sigma, hidden=hidden,
-                           measured=measured, error=error, text=text, ours=ours)
+    return SimpleNamespace(
+        kinds=list(kinds),
+        lrs=np.array(lrs),
+        sigma=sigma,
+        hidden=hidden,
+        measured=measured,
+        error=error,
+        text=text,
+        ours=ours,
+    )
 
 
 # --- l1 against noise on the same network ---------------------------------------------------------
+
 
 @cached
 def l1_and_noise(features, hidden, seeds, l1, sigma, *, steps, lr):
@@ -224,16 +317,21 @@ def l1_and_noise(features, hidden, seeds, l1, sigma, *, steps, lr):
     finals = {}
     for name, options in (("l1", dict(l1=l1)), ("noise", dict(noise="bipolar", sigma=sigma))):
         model = TiedBasisAutoencoder(features, hidden, seeds, **options)
-        finals[name] = _run(model, steps=steps, lr=lr, records=2, desc=f"{name}, {len(seeds)} seeds")[3]
-    return SimpleNamespace(seeds=np.array(seeds), l1=l1, sigma=sigma, W=finals,
-                           counts={k: count_polysemantic(torch.as_tensor(W)).numpy()
-                                   for k, W in finals.items()})
+        finals[name] = _run(
+            model, steps=steps, lr=lr, records=2, desc=f"{name}, {len(seeds)} seeds"
+        )[3]
+    return SimpleNamespace(
+        seeds=np.array(seeds),
+        l1=l1,
+        sigma=sigma,
+        W=finals,
+        counts={k: count_polysemantic(torch.as_tensor(W)).numpy() for k, W in finals.items()},
+    )
 
 
 def train_one(features, hidden, kind, sigma, steps, seed=0, lr=0.02):
     """One small noisy model for the live explorer: the steps, each encoding's fourth norm over
     time (records, n) and the final W (n, m)."""
     model = TiedBasisAutoencoder(features, hidden, [seed], noise=kind, sigma=sigma)
-    steps_at, fourth, _, W = _run(model, steps=steps, lr=lr, records=100,
-                                  desc=f"{kind} σ={sigma}")
+    steps_at, fourth, _, W = _run(model, steps=steps, lr=lr, records=100, desc=f"{kind} σ={sigma}")
     return steps_at, fourth[:, 0], W[0]

@@ -5,6 +5,7 @@ Everything also runs on the CPU, whatever the book's device: the sizes are tiny 
 scipy integrates the gradient flows on the host, so a GPU would only add transfers.
 Functions that train are ``@cached``; the others take well under a second.
 """
+
 from types import SimpleNamespace
 
 import numpy as np
@@ -36,6 +37,7 @@ def spectral_data(features, sparsity, samples, seed):
 
 # --- 1. moments and spectrum -------------------------------------------------------------------
 
+
 def moments(features, sparsity, samples, seeds):
     """Monte Carlo E x_i, E x_i^2, E x_i x_j (i != j) per seed, with the standard error of their
     mean over seeds (conservatively counting one independent value per sample)."""
@@ -54,9 +56,15 @@ def moments(features, sparsity, samples, seeds):
         "cross": exact["square"] ** 2 - exact["cross"] ** 2,
     }
     n = samples * len(seeds)
-    return {name: dict(measured=float(values.mean()), spread=float(values.std()),
-                       exact=exact[name], standard_error=(variance[name] / n) ** 0.5)
-            for name, values in measured.items()}
+    return {
+        name: dict(
+            measured=float(values.mean()),
+            spread=float(values.std()),
+            exact=exact[name],
+            standard_error=(variance[name] / n) ** 0.5,
+        )
+        for name, values in measured.items()
+    }
 
 
 def spectrum_splitting(features, sparsity, sample_sizes, seeds):
@@ -73,11 +81,17 @@ def spectrum_splitting(features, sparsity, sample_sizes, seeds):
         top_error.append((eigenvalues[:, 0] / population["top"] - 1).numpy())
     width = np.array(width)
     slope = np.polyfit(np.log(sample_sizes), np.log(width.mean(1)), 1)[0]
-    return dict(sample_sizes=np.array(sample_sizes), width=width, top_error=np.array(top_error),
-                slope=slope, population=population)
+    return dict(
+        sample_sizes=np.array(sample_sizes),
+        width=width,
+        top_error=np.array(top_error),
+        slope=slope,
+        population=population,
+    )
 
 
 # --- 2. gradient descent finds the top-d projection --------------------------------------------
+
 
 @cached
 def train_to_minimum(features, hidden, sparsity, samples, seeds, steps, lr, init_std):
@@ -87,8 +101,9 @@ def train_to_minimum(features, hidden, sparsity, samples, seeds, steps, lr, init
     projection onto the top-``hidden`` eigenvectors, each per seed.
     """
     x = dataset(features, sparsity, samples, seeds)
-    model = LinearAutoencoder(features, hidden, seeds, init_std=init_std, dtype=DTYPE,
-                              device=DEVICE)
+    model = LinearAutoencoder(
+        features, hidden, seeds, init_std=init_std, dtype=DTYPE, device=DEVICE
+    )
     history = train(model, x, steps=steps, lr=lr, desc="gradient descent to the minimum")
     eigenvalues, eigenvectors = th.eigh_descending(th.second_moment(x))
     predicted = torch.stack([th.critical_loss(lam, range(hidden)) for lam in eigenvalues])
@@ -96,7 +111,8 @@ def train_to_minimum(features, hidden, sparsity, samples, seeds, steps, lr, init
     final_loss = th.linear_loss(model.A, model.B, th.second_moment(x)).detach()
     return dict(
         history=history,
-        loss=final_loss.numpy(), predicted=predicted.numpy(),
+        loss=final_loss.numpy(),
+        predicted=predicted.numpy(),
         relative_error=((final_loss - predicted) / predicted).abs().numpy(),
         projection_error=(model.product().detach() - projection).norm(dim=(-2, -1)).numpy(),
         eigengap=(eigenvalues[:, hidden - 1] - eigenvalues[:, hidden]).numpy(),
@@ -104,6 +120,7 @@ def train_to_minimum(features, hidden, sparsity, samples, seeds, steps, lr, init
 
 
 # --- 3. every critical point ---------------------------------------------------------------------
+
 
 def critical_point_census(features, hidden, sparsity, samples, seed):
     """All C(D, d) critical points of one sample Σ, each with a random invertible C.
@@ -115,8 +132,10 @@ def critical_point_census(features, hidden, sparsity, samples, seed):
     sigma, eigenvalues, eigenvectors = data.sigma, data.eigenvalues, data.eigenvectors
     gaps = -eigenvalues.diff()
     if eigenvalues[-1] <= 1e-9 * eigenvalues[0] or gaps.min() <= 1e-9 * eigenvalues[0]:
-        raise ValueError(f"Σ from {samples} samples (seed {seed}) is singular or has a repeated "
-                         f"eigenvalue, which Proposition 1 excludes: use more samples")
+        raise ValueError(
+            f"Σ from {samples} samples (seed {seed}) is singular or has a repeated "
+            f"eigenvalue, which Proposition 1 excludes: use more samples"
+        )
     g = generator(seed, "census")
     rows = []
     for index_set in th.index_sets(features, hidden):
@@ -127,20 +146,23 @@ def critical_point_census(features, hidden, sparsity, samples, seed):
         # zero up to rounding: a random C can be ill-conditioned, which inflates the largest
         # eigenvalue, so a looser relative cut (1e-9) would count small real eigenvalues as zero
         zero = 1e3 * torch.finfo(DTYPE).eps * hessian.abs().max()
-        rows.append(dict(
-            index_set=index_set,
-            loss=float(th.linear_loss(A, B, sigma)),
-            predicted=float(th.critical_loss(eigenvalues, index_set)),
-            gradient_norm=float(torch.sqrt(grad_A.pow(2).sum() + grad_B.pow(2).sum())),
-            hessian_min=float(hessian[0]),
-            negative=int((hessian < -zero).sum()),
-            zero=int((hessian.abs() <= zero).sum()),
-            inversions=len(th.inversions(index_set, features)),
-        ))
+        rows.append(
+            dict(
+                index_set=index_set,
+                loss=float(th.linear_loss(A, B, sigma)),
+                predicted=float(th.critical_loss(eigenvalues, index_set)),
+                gradient_norm=float(torch.sqrt(grad_A.pow(2).sum() + grad_B.pow(2).sum())),
+                hessian_min=float(hessian[0]),
+                negative=int((hessian < -zero).sum()),
+                zero=int((hessian.abs() <= zero).sum()),
+                inversions=len(th.inversions(index_set, features)),
+            )
+        )
     return dict(rows=rows, eigenvalues=eigenvalues.numpy())
 
 
 # --- 4. the saddle-escape perturbation -----------------------------------------------------------
+
 
 def escape_drops(features, hidden, sparsity, samples, seed, index_set, j, k, eps_values):
     """Loss at the critical point minus loss at the Prop. 3 perturbation, measured and predicted."""
@@ -148,13 +170,18 @@ def escape_drops(features, hidden, sparsity, samples, seed, index_set, j, k, eps
     sigma, eigenvalues, eigenvectors = data.sigma, data.eigenvalues, data.eigenvectors
     A, B = th.critical_point(eigenvectors, index_set)
     base = th.linear_loss(A, B, sigma)
-    measured = [float(base - th.linear_loss(*th.saddle_escape(eigenvectors, index_set, j, k, eps),
-                                            sigma)) for eps in eps_values]
+    measured = [
+        float(base - th.linear_loss(*th.saddle_escape(eigenvectors, index_set, j, k, eps), sigma))
+        for eps in eps_values
+    ]
     predicted = [float(th.escape_drop(eigenvalues, j, k, eps)) for eps in eps_values]
-    return dict(eps=np.array(eps_values), measured=np.array(measured), predicted=np.array(predicted))
+    return dict(
+        eps=np.array(eps_values), measured=np.array(measured), predicted=np.array(predicted)
+    )
 
 
 # --- 5. gradient flows ---------------------------------------------------------------------------
+
 
 @cached
 def untied_flow_vs_descent(features, hidden, sparsity, samples, seed, duration, lrs, init_std):
@@ -166,25 +193,43 @@ def untied_flow_vs_descent(features, hidden, sparsity, samples, seed, duration, 
     """
     data = spectral_data(features, sparsity, samples, seed)
     x, sigma = data.x, data.sigma
-    model0 = LinearAutoencoder(features, hidden, [seed], init_std=init_std, dtype=DTYPE,
-                               device=DEVICE)
+    model0 = LinearAutoencoder(
+        features, hidden, [seed], init_std=init_std, dtype=DTYPE, device=DEVICE
+    )
     A0, B0 = model0.A.detach()[0], model0.B.detach()[0]
     runs = {}
     for lr in lrs:
         steps = int(round(duration / (2 * lr)))
-        model = LinearAutoencoder(features, hidden, [seed], init_std=init_std, dtype=DTYPE,
-                                  device=DEVICE)
+        model = LinearAutoencoder(
+            features, hidden, [seed], init_std=init_std, dtype=DTYPE, device=DEVICE
+        )
         record_at = np.linspace(0, steps, 101).round().astype(int)
-        history = train(model, x, steps=steps, lr=lr, record_at=record_at,
-                        metrics={"A": lambda m: m.A, "B": lambda m: m.B}, desc=f"descent, lr={lr}")
+        history = train(
+            model,
+            x,
+            steps=steps,
+            lr=lr,
+            record_at=record_at,
+            metrics={"A": lambda m: m.A, "B": lambda m: m.B},
+            desc=f"descent, lr={lr}",
+        )
         times = history.steps * 2 * lr
         A_flow, B_flow = th.integrate(lambda A, B: th.untied_flow(A, B, sigma), (A0, B0), times)
         weights_flow = torch.cat([A_flow.flatten(1), B_flow.flatten(1)], 1)
-        weights_gd = torch.cat([torch.from_numpy(history.metrics["A"][:, 0]).flatten(1),
-                                torch.from_numpy(history.metrics["B"][:, 0]).flatten(1)], 1)
+        weights_gd = torch.cat(
+            [
+                torch.from_numpy(history.metrics["A"][:, 0]).flatten(1),
+                torch.from_numpy(history.metrics["B"][:, 0]).flatten(1),
+            ],
+            1,
+        )
         deviation = ((weights_gd - weights_flow).norm(dim=1) / weights_flow.norm(dim=1)).max()
-        runs[lr] = dict(times=times, loss=history.loss[:, 0], deviation=float(deviation),
-                        flow_loss=th.linear_loss(A_flow, B_flow, sigma).numpy())
+        runs[lr] = dict(
+            times=times,
+            loss=history.loss[:, 0],
+            deviation=float(deviation),
+            flow_loss=th.linear_loss(A_flow, B_flow, sigma).numpy(),
+        )
     return runs
 
 
@@ -198,12 +243,14 @@ def tied_flows(features, hidden, sparsity, samples, seed, duration, init_std):
     """
     data = spectral_data(features, sparsity, samples, seed)
     sigma, eigenvalues, eigenvectors = data.sigma, data.eigenvalues, data.eigenvectors
-    W0 = TiedLinear(features, hidden, [seed], init_std=init_std, dtype=DTYPE,
-                    device=DEVICE).W.detach()[0]
+    W0 = TiedLinear(
+        features, hidden, [seed], init_std=init_std, dtype=DTYPE, device=DEVICE
+    ).W.detach()[0]
     times = np.concatenate([[0], np.geomspace(1e-2, duration, 200)])
     (W_22,) = th.integrate(lambda W: th.tied_flow(W, sigma), (W0,), times)
-    (W_23,) = th.integrate(lambda W: th.rotated_tied_flow(W, eigenvalues), (W0 @ eigenvectors,),
-                           times)
+    (W_23,) = th.integrate(
+        lambda W: th.rotated_tied_flow(W, eigenvalues), (W0 @ eigenvectors,), times
+    )
     (W_gd,) = th.integrate(lambda W: th.tied_gradient_flow(W, sigma), (W0,), times)
 
     def tied_loss(W):
@@ -211,22 +258,28 @@ def tied_flows(features, hidden, sparsity, samples, seed, duration, init_std):
 
     def end_point(W):
         gram = W.T @ W
-        return dict(projection_error=float((gram - th.top_projection(eigenvectors, hidden)).norm()),
-                    orthonormality=float((W @ W.T - torch.eye(hidden, dtype=DTYPE)).norm()))
+        return dict(
+            projection_error=float((gram - th.top_projection(eigenvectors, hidden)).norm()),
+            orthonormality=float((W @ W.T - torch.eye(hidden, dtype=DTYPE)).norm()),
+        )
 
     return dict(
-        times=times, loss_22=tied_loss(W_22), loss_gradient=tied_loss(W_gd),
+        times=times,
+        loss_22=tied_loss(W_22),
+        loss_gradient=tied_loss(W_gd),
         minimum=float(th.critical_loss(eigenvalues, range(hidden))),
         rotation_error=float((W_22 @ eigenvectors - W_23).norm(dim=(-2, -1)).max()),
-        end_22=end_point(W_22[-1]), end_gradient=end_point(W_gd[-1]),
+        end_22=end_point(W_22[-1]),
+        end_gradient=end_point(W_gd[-1]),
     )
 
 
 def energy_check(features, hidden, seed, duration, init_std):
     """Under Σ = I: compare the flow (22) with -∇E for E as we read (28) and as printed, and
     follow E along the flow. Returns the relative gradient mismatches and E(t)."""
-    W0 = TiedLinear(features, hidden, [seed], init_std=init_std, dtype=DTYPE,
-                    device=DEVICE).W.detach()[0]
+    W0 = TiedLinear(
+        features, hidden, [seed], init_std=init_std, dtype=DTYPE, device=DEVICE
+    ).W.detach()[0]
     identity = torch.eye(features, dtype=DTYPE)
     flow = th.tied_flow(W0, identity)
 
@@ -237,16 +290,22 @@ def energy_check(features, hidden, seed, duration, init_std):
 
     times = np.linspace(0, duration, 200)
     (W_t,) = th.integrate(lambda W: th.tied_flow(W, identity), (W0,), times)
-    return dict(mismatch=mismatch(th.energy), mismatch_as_printed=mismatch(th.energy_as_printed),
-                times=times, energy=th.energy(W_t).numpy(),
-                energy_as_printed=th.energy_as_printed(W_t).numpy())
+    return dict(
+        mismatch=mismatch(th.energy),
+        mismatch_as_printed=mismatch(th.energy_as_printed),
+        times=times,
+        energy=th.energy(W_t).numpy(),
+        energy_as_printed=th.energy_as_printed(W_t).numpy(),
+    )
 
 
 # --- 6. escaping a saddle during training --------------------------------------------------------
 
+
 @cached
-def train_from_saddle(features, hidden, sparsity, samples, seed, index_set, j, k, eps_values, lr,
-                      efolds_after=25):
+def train_from_saddle(
+    features, hidden, sparsity, samples, seed, index_set, j, k, eps_values, lr, efolds_after=25
+):
     """Gradient descent started at the Prop. 3 perturbation of a saddle, one instance per eps.
 
     Near the saddle the unstable component grows by 1 - lr·h_min per step (h_min the Hessian's
@@ -261,25 +320,39 @@ def train_from_saddle(features, hidden, sparsity, samples, seed, index_set, j, k
     h_min = float(th.hessian_eigenvalues(*th.critical_point(eigenvectors, index_set), sigma)[0])
     steps_per_efold = 1 / np.log(1 - lr * h_min)
     steps = int(np.ceil(steps_per_efold * (np.log(1 / min(eps_values)) + efolds_after)))
-    model = LinearAutoencoder(features, hidden, [seed] * len(eps_values), dtype=DTYPE,
-                              device=DEVICE)
+    model = LinearAutoencoder(
+        features, hidden, [seed] * len(eps_values), dtype=DTYPE, device=DEVICE
+    )
     with torch.no_grad():
         for i, eps in enumerate(eps_values):
             model.A[i], model.B[i] = th.saddle_escape(eigenvectors, index_set, j, k, eps)
-    history = train(model, x.expand(len(eps_values), -1, -1), steps=steps, lr=lr,
-                    record_at=np.arange(steps + 1), desc="escaping a saddle")
+    history = train(
+        model,
+        x.expand(len(eps_values), -1, -1),
+        steps=steps,
+        lr=lr,
+        record_at=np.arange(steps + 1),
+        desc="escaping a saddle",
+    )
     saddle = float(th.critical_loss(eigenvalues, index_set))
     minimum = float(th.critical_loss(eigenvalues, range(hidden)))
     crossed = history.loss < (saddle + minimum) / 2
-    return dict(steps=history.steps, loss=history.loss, eps=np.array(eps_values),
-                saddle=saddle, minimum=minimum,
-                escape_steps=np.where(crossed.any(0), crossed.argmax(0), -1),
-                all_critical_values=np.array([float(th.critical_loss(eigenvalues, I))
-                                              for I in th.index_sets(features, hidden)]),
-                predicted_steps_per_efold=steps_per_efold)
+    return dict(
+        steps=history.steps,
+        loss=history.loss,
+        eps=np.array(eps_values),
+        saddle=saddle,
+        minimum=minimum,
+        escape_steps=np.where(crossed.any(0), crossed.argmax(0), -1),
+        all_critical_values=np.array(
+            [float(th.critical_loss(eigenvalues, I)) for I in th.index_sets(features, hidden)]
+        ),
+        predicted_steps_per_efold=steps_per_efold,
+    )
 
 
 # --- widgets: loss curves against the critical values ---------------------------------------------
+
 
 def loss_curves_run(features, hidden, sparsities, samples, steps, lr, seed, init_std):
     """Gradient descent from a small start, one instance per sparsity, for one hidden size.
@@ -288,20 +361,26 @@ def loss_curves_run(features, hidden, sparsities, samples, steps, lr, seed, init
     data is divided by sqrt(λ_1): on x/sqrt(c), a step lr is exactly a step lr/c on x. Loss and
     critical values are reported as fractions of tr Σ, which that scaling leaves unchanged.
     """
-    x = SparseUniform([seed] * len(sparsities), features, sparsities, device=DEVICE,
-                      dtype=DTYPE).sample(samples)
+    x = SparseUniform(
+        [seed] * len(sparsities), features, sparsities, device=DEVICE, dtype=DTYPE
+    ).sample(samples)
     eigenvalues, _ = th.eigh_descending(th.second_moment(x))
     x = x / eigenvalues[:, :1, None].sqrt()
-    model = LinearAutoencoder(features, hidden, [seed] * len(sparsities), init_std=init_std,
-                              dtype=DTYPE, device=DEVICE)
+    model = LinearAutoencoder(
+        features, hidden, [seed] * len(sparsities), init_std=init_std, dtype=DTYPE, device=DEVICE
+    )
     history = train(model, x, steps=steps, lr=lr, desc=f"d={hidden}")
     trace = eigenvalues.sum(-1)
-    critical = torch.stack([th.critical_loss(eigenvalues, I)
-                            for I in th.index_sets(features, hidden)], -1) / trace[:, None]
+    critical = (
+        torch.stack([th.critical_loss(eigenvalues, I) for I in th.index_sets(features, hidden)], -1)
+        / trace[:, None]
+    )
     # the loss on x/sqrt(λ_1) is L/λ_1; as a fraction of tr Σ it is L/tr Σ
     fraction = history.loss * (eigenvalues[:, 0] / trace).numpy()
-    return {S: dict(steps=history.steps, loss=fraction[:, i], critical=critical[i].numpy())
-            for i, S in enumerate(sparsities)}
+    return {
+        S: dict(steps=history.steps, loss=fraction[:, i], critical=critical[i].numpy())
+        for i, S in enumerate(sparsities)
+    }
 
 
 @cached
@@ -309,7 +388,8 @@ def loss_curves(features, hidden_values, sparsities, samples, steps, lr, seed, i
     """``loss_curves_run`` for every hidden size: {(hidden, S): curve}."""
     curves = {}
     for hidden in hidden_values:
-        for S, curve in loss_curves_run(features, hidden, sparsities, samples, steps, lr, seed,
-                                        init_std).items():
+        for S, curve in loss_curves_run(
+            features, hidden, sparsities, samples, steps, lr, seed, init_std
+        ).items():
             curves[hidden, S] = curve
     return curves

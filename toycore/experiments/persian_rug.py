@@ -7,6 +7,7 @@ settings: lr 3e-3/√ns, eps 1e-7, batch 1024. Losses are measured afterwards on
 Each hidden size's batch is a shard (``train_group``), cached on its own and run through
 ``toycore.shards``: in this process, or spread over a Dask cluster.
 """
+
 from types import SimpleNamespace
 
 import numpy as np
@@ -43,8 +44,13 @@ def instance_seed(cell, seed):
 @torch.no_grad()
 def evaluation_loss(model, densities, samples=EVAL_SAMPLES):
     """Each instance's loss on fresh data (its own 'evaluation' stream): (instances,)."""
-    data = SparseUniform(model.seeds, model.features, [1 - p for p in densities],
-                         device=model.b.device, purpose="evaluation")
+    data = SparseUniform(
+        model.seeds,
+        model.features,
+        [1 - p for p in densities],
+        device=model.b.device,
+        purpose="evaluation",
+    )
     chunks = [model.loss(data.sample(BATCH)) for _ in range(samples // BATCH)]
     return to_host(torch.stack(chunks).mean(0)).astype(float)
 
@@ -53,27 +59,41 @@ def _padded(curves):
     """Per-instance loss curves of different lengths as one array, NaN after each run ends."""
     out = np.full((len(curves), max(len(c) for c in curves)), np.nan, dtype=np.float32)
     for k, curve in enumerate(curves):
-        out[k, :len(curve)] = curve
+        out[k, : len(curve)] = curve
     return out
 
 
 @cached
-def train_group(features, densities, hidden, seeds, *, output="relu", max_steps=45_000,
-                steps=None):
+def train_group(features, densities, hidden, seeds, *, output="relu", max_steps=45_000, steps=None):
     """One shard: a model per (p, seed) pair, all with ``hidden`` dense dimensions, trained as
     one batch to each one's stopping rule (or for exactly ``steps`` steps).
 
     Returns W = W_out W_in (I, ns, ns), b (I, ns), the loss on fresh data (I,), steps and
     converged (I,), and the training-loss curves (a list of I arrays), all on the host."""
     model = UntiedAutoencoder(features, hidden, seeds, output=output)
-    data = SparseUniform(model.seeds, features, [1 - p for p in densities],
-                         prefetch=prefetch_for(len(seeds), BATCH, features))
-    run = train_until_converged(model, data, lr=learning_rate(features), batch=BATCH,
-                                max_steps=max_steps, steps=steps,
-                                desc=f"{len(seeds)} models at ns={features}, nd={hidden}")
-    return SimpleNamespace(W=to_host(model.product()), b=to_host(model.b),
-                           loss=evaluation_loss(model, densities), steps=run.steps,
-                           converged=run.converged, curves=run.loss)
+    data = SparseUniform(
+        model.seeds,
+        features,
+        [1 - p for p in densities],
+        prefetch=prefetch_for(len(seeds), BATCH, features),
+    )
+    run = train_until_converged(
+        model,
+        data,
+        lr=learning_rate(features),
+        batch=BATCH,
+        max_steps=max_steps,
+        steps=steps,
+        desc=f"{len(seeds)} models at ns={features}, nd={hidden}",
+    )
+    return SimpleNamespace(
+        W=to_host(model.product()),
+        b=to_host(model.b),
+        loss=evaluation_loss(model, densities),
+        steps=run.steps,
+        converged=run.converged,
+        curves=run.loss,
+    )
 
 
 def train_models(jobs, *, output="relu", max_steps=45_000, steps=None, desc="training"):
@@ -96,18 +116,33 @@ def train_models(jobs, *, output="relu", max_steps=45_000, steps=None, desc="tra
             th.check_density(p)
         for hidden in hiddens:
             check_size("hidden", hidden, maximum=features)
-        groups = [[k for k, h in enumerate(hiddens) if h == hidden] for hidden in sorted(set(hiddens))]
+        groups = [
+            [k for k, h in enumerate(hiddens) if h == hidden] for hidden in sorted(set(hiddens))
+        ]
         plans.append((features, len(seeds), groups))
-        calls += [((features, [densities[k] for k in group], hiddens[group[0]],
-                    [seeds[k] for k in group]), dict(output=output, max_steps=max_steps, steps=steps))
-                  for group in groups]
+        calls += [
+            (
+                (
+                    features,
+                    [densities[k] for k in group],
+                    hiddens[group[0]],
+                    [seeds[k] for k in group],
+                ),
+                dict(output=output, max_steps=max_steps, steps=steps),
+            )
+            for group in groups
+        ]
     runs = iter(shards.run(train_group, calls, desc))
     results = []
     for features, count, groups in plans:
-        out = SimpleNamespace(W=np.zeros((count, features, features), np.float32),
-                              b=np.zeros((count, features), np.float32), loss=np.zeros(count),
-                              steps=np.zeros(count, int), converged=np.zeros(count, bool),
-                              curves=[None] * count)
+        out = SimpleNamespace(
+            W=np.zeros((count, features, features), np.float32),
+            b=np.zeros((count, features), np.float32),
+            loss=np.zeros(count),
+            steps=np.zeros(count, int),
+            converged=np.zeros(count, bool),
+            curves=[None] * count,
+        )
         for group in groups:
             run = next(runs)
             out.W[group], out.b[group], out.loss[group] = run.W, run.b, run.loss
@@ -128,19 +163,38 @@ def grid_runs(sizes, densities, ratios, seeds, *, max_steps=45_000, steps=None):
     seeds = check_seeds(seeds)
     cells = [(p, r) for p in densities for r in ratios]
     instances = [(p, r, instance_seed(k, s)) for k, (p, r) in enumerate(cells) for s in seeds]
-    jobs = [(features, [p for p, _, _ in instances],
-             [hidden_size(features, r) for _, r, _ in instances], [s for *_, s in instances])
-            for features in sizes]
-    runs = train_models(jobs, max_steps=max_steps, steps=steps,
-                        desc=f"{len(instances)} models at each ns in {list(sizes)}")
+    jobs = [
+        (
+            features,
+            [p for p, _, _ in instances],
+            [hidden_size(features, r) for _, r, _ in instances],
+            [s for *_, s in instances],
+        )
+        for features in sizes
+    ]
+    runs = train_models(
+        jobs,
+        max_steps=max_steps,
+        steps=steps,
+        desc=f"{len(instances)} models at each ns in {list(sizes)}",
+    )
     shape = (len(densities), len(ratios), len(seeds))
-    return [SimpleNamespace(
-        features=features, densities=np.array(densities), ratios=np.array(ratios),
-        hidden=np.array([hidden_size(features, r) for r in ratios]), seeds=np.array(seeds),
-        loss=run.loss.reshape(shape), steps=run.steps.reshape(shape),
-        converged=run.converged.reshape(shape), W=run.W.reshape(*shape, features, features),
-        b=run.b.reshape(*shape, features), curves=run.curves.reshape(*shape, -1))
-        for features, run in zip(sizes, runs)]
+    return [
+        SimpleNamespace(
+            features=features,
+            densities=np.array(densities),
+            ratios=np.array(ratios),
+            hidden=np.array([hidden_size(features, r) for r in ratios]),
+            seeds=np.array(seeds),
+            loss=run.loss.reshape(shape),
+            steps=run.steps.reshape(shape),
+            converged=run.converged.reshape(shape),
+            W=run.W.reshape(*shape, features, features),
+            b=run.b.reshape(*shape, features),
+            curves=run.curves.reshape(*shape, -1),
+        )
+        for features, run in zip(sizes, runs)
+    ]
 
 
 def size_sweep(sizes, density, ratio, seeds, *, max_steps=45_000):
@@ -148,31 +202,56 @@ def size_sweep(sizes, density, ratio, seeds, *, max_steps=45_000):
     seed (a large ns costs the most and gains nothing from batching its few seeds, so its
     seeds may run side by side). Per ns, what ``train_models`` returns, with ``hidden`` added."""
     seeds = check_seeds(seeds)
-    jobs = [(features, [density], [hidden_size(features, ratio)], [seed])
-            for features in sizes for seed in seeds]
-    runs = iter(train_models(jobs, max_steps=max_steps,
-                             desc=f"{len(seeds)} models at each ns in {list(sizes)}"))
+    jobs = [
+        (features, [density], [hidden_size(features, ratio)], [seed])
+        for features in sizes
+        for seed in seeds
+    ]
+    runs = iter(
+        train_models(
+            jobs, max_steps=max_steps, desc=f"{len(seeds)} models at each ns in {list(sizes)}"
+        )
+    )
     sweep = {}
     for features in sizes:
         parts = [next(runs) for _ in seeds]
         longest = max(part.curves.shape[1] for part in parts)
         sweep[features] = SimpleNamespace(
-            **{name: np.concatenate([getattr(part, name) for part in parts])
-               for name in ("W", "b", "loss", "steps", "converged")},
-            curves=np.concatenate([np.pad(part.curves, ((0, 0), (0, longest - part.curves.shape[1])),
-                                          constant_values=np.nan) for part in parts]),
-            hidden=hidden_size(features, ratio))
+            **{
+                name: np.concatenate([getattr(part, name) for part in parts])
+                for name in ("W", "b", "loss", "steps", "converged")
+            },
+            curves=np.concatenate(
+                [
+                    np.pad(
+                        part.curves,
+                        ((0, 0), (0, longest - part.curves.shape[1])),
+                        constant_values=np.nan,
+                    )
+                    for part in parts
+                ]
+            ),
+            hidden=hidden_size(features, ratio),
+        )
     return sweep
 
 
 def linear_runs(features, density, ratios, seeds, *, max_steps=45_000):
     """Trained linear models (no ReLU) with a bias, to check the exact linear optimum: (R, S)."""
     instances = [(r, s) for r in ratios for s in seeds]
-    (run,) = train_models([(features, [density] * len(instances),
-                            [hidden_size(features, r) for r, _ in instances],
-                            [s for _, s in instances])],
-                          output="linear", max_steps=max_steps,
-                          desc=f"{len(instances)} linear models")
+    (run,) = train_models(
+        [
+            (
+                features,
+                [density] * len(instances),
+                [hidden_size(features, r) for r, _ in instances],
+                [s for _, s in instances],
+            )
+        ],
+        output="linear",
+        max_steps=max_steps,
+        desc=f"{len(instances)} linear models",
+    )
     return run.loss.reshape(len(ratios), len(seeds))
 
 
@@ -190,8 +269,9 @@ def rug_model_loss(features, density, ratio, seed=0, samples=EVAL_SAMPLES):
     device = devices.current()
     W_in, W_out = (torch.as_tensor(w, device=device) for w in (W_in, a * W_out))
     bias = torch.as_tensor(b - a * mean_interference, device=device)
-    data = SparseUniform([seed], features, 1 - density, device=device, dtype=torch.float64,
-                         purpose="evaluation")
+    data = SparseUniform(
+        [seed], features, 1 - density, device=device, dtype=torch.float64, purpose="evaluation"
+    )
     total = 0.0
     for _ in range(samples // BATCH):
         x = data.sample(BATCH)[0]
@@ -206,8 +286,9 @@ def interference_samples(W, density, row=0, samples=20_000, seed=0):
     W = np.asarray(W, dtype=float)
     weights = W[row] / W[row, row]
     weights[row] = 0.0
-    data = SparseUniform([seed], W.shape[-1], 1 - density, device="cpu", dtype=torch.float64,
-                         purpose="interference")
+    data = SparseUniform(
+        [seed], W.shape[-1], 1 - density, device="cpu", dtype=torch.float64, purpose="interference"
+    )
     x = data.sample(samples)[0].numpy()
     mean = density / 2 * weights.sum()
     sd = np.sqrt(th.feature_variance(density) * (weights**2).sum())
@@ -247,8 +328,11 @@ def row_macroscopic_loss(W, b, density):
     a = np.where(np.abs(diagonal) < 1e-12, 1e-12, np.abs(diagonal))  # a dead output: a -> 0
     spread = np.sqrt(th.feature_variance(density) * (off**2).sum(1))
     bias = b + density / 2 * off.sum(1)
-    return float(np.mean([th.macroscopic_loss(ai, bi, si / ai, density)
-                          for ai, bi, si in zip(a, bias, spread)]))
+    return float(
+        np.mean(
+            [th.macroscopic_loss(ai, bi, si / ai, density) for ai, bi, si in zip(a, bias, spread)]
+        )
+    )
 
 
 def crossing(sizes, losses, level):

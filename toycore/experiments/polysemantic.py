@@ -6,6 +6,7 @@ moves by the same affine map. The tied model itself (``TiedBasisAutoencoder``) t
 instances at once with its closed-form gradient: AdamW for the text's Figure 3 settings, plain
 gradient descent where the text reasons about gradient flow. Runs that take long are ``@cached``.
 """
+
 from types import SimpleNamespace
 
 import numpy as np
@@ -24,6 +25,7 @@ DTYPE = torch.float64
 
 
 # --- the sparsification ODE without interference ----------------------------------------------
+
 
 def initial_encoding(hidden, seed, std_scale=0.9):
     """The text's Figure 2 start: |N(0, (0.9/√m)²)| in each of m coordinates, (m,) float64."""
@@ -74,9 +76,17 @@ def simulate_sparsification(initial, l1, dt, steps):
         a, b = a * c, b * c - dt * l1
         while alive > 1 and a * w0[alive - 1] + b <= 0:
             alive -= 1
-    return SimpleNamespace(time=dt * np.arange(steps + 1), l1_norm=out[:, 0], norm=out[:, 1],
-                           nonzero=out[:, 2].astype(int), scale=out[:, 3], shift=out[:, 4],
-                           initial=np.array(w0), l1=l1, dt=dt)
+    return SimpleNamespace(
+        time=dt * np.arange(steps + 1),
+        l1_norm=out[:, 0],
+        norm=out[:, 1],
+        nonzero=out[:, 2].astype(int),
+        scale=out[:, 3],
+        shift=out[:, 4],
+        initial=np.array(w0),
+        l1=l1,
+        dt=dt,
+    )
 
 
 def survivors_relative_variance(run, initial=None):
@@ -95,8 +105,9 @@ def sparsification_runs(hidden, l1, seeds, *, dt, steps):
     """Figure 2's simulation for each seed, plus one from the regular-percentile start."""
     seeds = check_seeds(seeds)
     runs = [simulate_sparsification(initial_encoding(hidden, s), l1, dt, steps) for s in seeds]
-    ideal = simulate_sparsification(th.regular_percentiles(hidden, 0.9 * hidden**-0.5), l1, dt,
-                                    steps)
+    ideal = simulate_sparsification(
+        th.regular_percentiles(hidden, 0.9 * hidden**-0.5), l1, dt, steps
+    )
     return SimpleNamespace(hidden=hidden, l1=l1, seeds=np.array(seeds), runs=runs, ideal=ideal)
 
 
@@ -139,6 +150,7 @@ def affine_check(hidden, l1, dt, steps, seed=0):
 
 # --- the tied model -----------------------------------------------------------------------------
 
+
 def initial_weights(features, hidden, seeds):
     """The N(0, 1/m) start each seed gives ``TiedBasisAutoencoder``: (seeds, features, hidden)."""
     return TiedBasisAutoencoder(features, hidden, seeds, l1=0.0).W.detach().to(DTYPE).cpu()
@@ -153,6 +165,7 @@ def _overlap_tracker(model):
 
     def overlap(model):
         return ((model.W @ model.W.transpose(-1, -2)) * positive).sum((-2, -1)) / count
+
     return overlap
 
 
@@ -173,8 +186,16 @@ def _threshold_agreement(model):
 def _train(model, *, steps, lr, optimizer, records, metrics=None, desc):
     """Train and return the history and the final W as a float64 array. Arrays, not tensors:
     results feed other cached runs, and joblib hashes arrays by content."""
-    history = train(model, None, steps=steps, lr=lr, optimizer=optimizer,
-                    record_at=record_steps(steps, records), metrics=metrics, desc=desc)
+    history = train(
+        model,
+        None,
+        steps=steps,
+        lr=lr,
+        optimizer=optimizer,
+        record_at=record_steps(steps, records),
+        metrics=metrics,
+        desc=desc,
+    )
     return history, to_host(model.W.to(DTYPE))
 
 
@@ -183,8 +204,14 @@ def polysemantic_shard(features, hidden, seeds, l1, *, steps, lr):
     """One shard of Figure 3: one model per seed at one m (batched), with the authors' AdamW.
     Returns the final W, (seeds, n, m) float64."""
     model = TiedBasisAutoencoder(features, hidden, seeds, l1)
-    return _train(model, steps=steps, lr=lr, optimizer="adamw", records=2,
-                  desc=f"n={features} m={hidden}, {len(seeds)} seeds")[1]
+    return _train(
+        model,
+        steps=steps,
+        lr=lr,
+        optimizer="adamw",
+        records=2,
+        desc=f"n={features} m={hidden}, {len(seeds)} seeds",
+    )[1]
 
 
 def polysemantic_sweep(features, hiddens, seeds, l1, *, steps, lr):
@@ -200,8 +227,14 @@ def polysemantic_sweep(features, hiddens, seeds, l1, *, steps, lr):
     calls = [((features, hidden, seeds, l1), dict(steps=steps, lr=lr)) for hidden in hiddens]
     finals = shards.run(polysemantic_shard, calls, f"Figure 3, n={features}")
     counts = np.array([th.count_polysemantic(W).numpy() for W in finals])
-    return SimpleNamespace(features=features, hiddens=np.array(hiddens), seeds=np.array(seeds),
-                           l1=l1, W=finals, counts=counts)
+    return SimpleNamespace(
+        features=features,
+        hiddens=np.array(hiddens),
+        seeds=np.array(seeds),
+        l1=l1,
+        W=finals,
+        counts=counts,
+    )
 
 
 @cached
@@ -210,10 +243,24 @@ def gradient_flow_run(features, hidden, seeds, l1, *, steps, lr, records=60):
     the overlap of the initially positive pairs and the threshold agreement over time."""
     model = TiedBasisAutoencoder(features, hidden, seeds, l1)
     metrics = {"overlap": _overlap_tracker(model), "agreement": _threshold_agreement}
-    history, W = _train(model, steps=steps, lr=lr, optimizer="sgd", records=records,
-                        metrics=metrics, desc=f"gradient descent n={features} m={hidden}")
-    return SimpleNamespace(features=features, hidden=hidden, seeds=np.array(seeds), l1=l1,
-                           time=history.steps * lr, W=W, **history.metrics)
+    history, W = _train(
+        model,
+        steps=steps,
+        lr=lr,
+        optimizer="sgd",
+        records=records,
+        metrics=metrics,
+        desc=f"gradient descent n={features} m={hidden}",
+    )
+    return SimpleNamespace(
+        features=features,
+        hidden=hidden,
+        seeds=np.array(seeds),
+        l1=l1,
+        time=history.steps * lr,
+        W=W,
+        **history.metrics,
+    )
 
 
 def _instances_from(W, l1):
@@ -255,14 +302,28 @@ def collision_runs(features, hidden, seeds, l1, *, steps, lr, lead=1.0, records=
     model = _instances_from(torch.cat([benign, malign]).float(), l1)
     device = model.W.device
     both = torch.cat([k, k]).to(device)
-    rows, pair = torch.arange(len(both), device=device)[:, None], torch.arange(2, device=device)[None, :]
+    rows, pair = (
+        torch.arange(len(both), device=device)[:, None],
+        torch.arange(2, device=device)[None, :],
+    )
     shared = {"shared": lambda model: model.W[rows, pair, both[:, None]]}
-    history, _ = _train(model, steps=steps, lr=lr, optimizer="sgd", records=records,
-                        metrics=shared, desc=f"forced collisions, {len(both)} runs")
+    history, _ = _train(
+        model,
+        steps=steps,
+        lr=lr,
+        optimizer="sgd",
+        records=records,
+        metrics=shared,
+        desc=f"forced collisions, {len(both)} runs",
+    )
     count = len(k)
-    return SimpleNamespace(time=history.steps * lr,
-                           shared={"benign": history.metrics["shared"][:, :count],
-                                   "malign": history.metrics["shared"][:, count:]})
+    return SimpleNamespace(
+        time=history.steps * lr,
+        shared={
+            "benign": history.metrics["shared"][:, :count],
+            "malign": history.metrics["shared"][:, count:],
+        },
+    )
 
 
 def split_neurons(W, noise, seed):
@@ -277,8 +338,9 @@ def split_neurons(W, noise, seed):
     W = torch.as_tensor(W, dtype=DTYPE)
     which, neuron = th.polysemantic_neurons(W).nonzero(as_tuple=True)
     if not len(which):
-        raise ValueError("no polysemantic neuron to split: every neuron represents at most one "
-                         "feature")
+        raise ValueError(
+            "no polysemantic neuron to split: every neuron represents at most one feature"
+        )
     g = generator(seed, "split")
     starts, features = [], []
     for model, k in zip(which.tolist(), neuron.tolist()):
@@ -286,8 +348,9 @@ def split_neurons(W, noise, seed):
         start = torch.cat([W[model], column[:, None]], dim=1)
         start[:, k] = column
         on = th.representing(W[model, :, k]).nonzero().flatten()
-        start[on[:, None], torch.tensor([k, -1])] += noise * torch.randn(len(on), 2, generator=g,
-                                                                         dtype=DTYPE)
+        start[on[:, None], torch.tensor([k, -1])] += noise * torch.randn(
+            len(on), 2, generator=g, dtype=DTYPE
+        )
         starts.append(start)
         features.append(on[:2])
     return torch.stack(starts), torch.stack(features), which
@@ -299,8 +362,14 @@ def split_runs(W, l1, *, noise, steps, lr, optimizer, seed=0):
     whether its two features ended on different neurons, each monosemantic: bool (instances,)."""
     starts, features, _ = split_neurons(W, noise, seed)
     model = _instances_from(starts.float(), l1)
-    _, final = _train(model, steps=steps, lr=lr, optimizer=optimizer, records=2,
-                      desc=f"{len(starts)} split neurons")
+    _, final = _train(
+        model,
+        steps=steps,
+        lr=lr,
+        optimizer=optimizer,
+        records=2,
+        desc=f"{len(starts)} split neurons",
+    )
     final = torch.as_tensor(final)
     rows = torch.arange(len(final))[:, None]
     homes = final.abs()[rows, features].argmax(-1)  # (instances, 2): each feature's neuron
@@ -312,6 +381,7 @@ def split_runs(W, l1, *, noise, steps, lr, optimizer, seed=0):
 
 # --- analyses -------------------------------------------------------------------------------------
 
+
 def law_fit(sweep, confidence=0.95):
     """Fit count = c n²/m through the origin, per seed over all m, and pool the seeds.
 
@@ -319,15 +389,21 @@ def law_fit(sweep, confidence=0.95):
     log(mean count) against log m (the law says -1)."""
     from scipy import stats
 
-    x = sweep.features**2 / sweep.hiddens.astype(float)          # (hiddens,)
+    x = sweep.features**2 / sweep.hiddens.astype(float)  # (hiddens,)
     per_seed = (sweep.counts * x[:, None]).sum(0) / (x**2).sum()  # (seeds,)
-    half = stats.t.ppf((1 + confidence) / 2, len(per_seed) - 1) * per_seed.std(ddof=1) \
+    half = (
+        stats.t.ppf((1 + confidence) / 2, len(per_seed) - 1)
+        * per_seed.std(ddof=1)
         / len(per_seed) ** 0.5
+    )
     mean_count = sweep.counts.mean(1)
     slope = np.polyfit(np.log(sweep.hiddens), np.log(np.maximum(mean_count, 1e-12)), 1)[0]
-    return SimpleNamespace(constant=per_seed.mean(), interval=(per_seed.mean() - half,
-                                                               per_seed.mean() + half),
-                           per_seed=per_seed, slope=slope)
+    return SimpleNamespace(
+        constant=per_seed.mean(),
+        interval=(per_seed.mean() - half, per_seed.mean() + half),
+        per_seed=per_seed,
+        slope=slope,
+    )
 
 
 def _pairs_sharing(index):
@@ -359,13 +435,18 @@ def winner_statistics(initial, final):
         largest_wins=(rank == 1).double().mean().item(),
         largest_collide=collide.sum().item() / pairs,
         opposite_given_collide=opposite.sum().item() / max(collide.sum().item(), 1),
-        winners_collide=_pairs_sharing(winner).sum().item() / pairs, hidden=m, features=n)
+        winners_collide=_pairs_sharing(winner).sum().item() / pairs,
+        hidden=m,
+        features=n,
+    )
 
 
 def sweep_winner_statistics(sweep):
     """``winner_statistics`` for every m of a Figure 3 sweep."""
-    return [winner_statistics(initial_weights(sweep.features, int(m), sweep.seeds.tolist()), W)
-            for m, W in zip(sweep.hiddens, sweep.W)]
+    return [
+        winner_statistics(initial_weights(sweep.features, int(m), sweep.seeds.tolist()), W)
+        for m, W in zip(sweep.hiddens, sweep.W)
+    ]
 
 
 def pooled_collisions(statistics, seeds):
@@ -377,9 +458,11 @@ def pooled_collisions(statistics, seeds):
     collide = np.array([s.largest_collide for s in statistics]) * pairs
     opposite = np.array([s.opposite_given_collide for s in statistics]) * collide
     return SimpleNamespace(
-        observed=collide.sum(), expected=(pairs / hidden).sum(),
+        observed=collide.sum(),
+        expected=(pairs / hidden).sum(),
         opposite=opposite.sum() / collide.sum(),
-        winners=np.array([s.winners_collide for s in statistics]) * 2 * hidden)
+        winners=np.array([s.winners_collide for s in statistics]) * 2 * hidden,
+    )
 
 
 @cached
@@ -388,8 +471,9 @@ def explorer_runs(features, hiddens, l1s, seed, *, steps, lr):
     runs = {}
     for hidden in hiddens:
         model = TiedBasisAutoencoder(features, hidden, [seed] * len(l1s), l1s)
-        _, W = _train(model, steps=steps, lr=lr, optimizer="adamw", records=2,
-                      desc=f"explorer m={hidden}")
+        _, W = _train(
+            model, steps=steps, lr=lr, optimizer="adamw", records=2, desc=f"explorer m={hidden}"
+        )
         runs.update({(hidden, l1): w for l1, w in zip(l1s, W)})
     return runs
 
@@ -397,8 +481,14 @@ def explorer_runs(features, hiddens, l1s, seed, *, steps, lr):
 def train_one(features, hidden, l1, steps, seed=0, lr=1e-3):
     """One small model trained as in Figure 3, for the live explorer: W (n, m)."""
     model = TiedBasisAutoencoder(features, hidden, [seed], l1)
-    return _train(model, steps=steps, lr=lr, optimizer="adamw", records=2,
-                  desc=f"n={features} m={hidden} λ={l1}")[1][0]
+    return _train(
+        model,
+        steps=steps,
+        lr=lr,
+        optimizer="adamw",
+        records=2,
+        desc=f"n={features} m={hidden} λ={l1}",
+    )[1][0]
 
 
 def keep_shared(runs, kind):

@@ -5,6 +5,7 @@ and brings the final weights to the host in float64 for the analyses, which are 
 or Monte Carlo estimates with standard errors (small, on the host). Only ``train_sweep`` and
 ``packing_comparison`` take long; they are ``@cached``.
 """
+
 from types import SimpleNamespace
 
 import numpy as np
@@ -29,8 +30,9 @@ def importance_profile(features, decay):
 
 
 @cached
-def train_sweep(features, hidden, sparsities, seeds, *, decay, steps, lr, batch=1024,
-                output="relu"):
+def train_sweep(
+    features, hidden, sparsities, seeds, *, decay, steps, lr, batch=1024, output="relu"
+):
     """Train one model per (sparsity, seed), all at once, with AdamW as Elhage et al. did.
 
     Returns a namespace with W (sparsities, seeds, hidden, features), b and importance
@@ -42,17 +44,33 @@ def train_sweep(features, hidden, sparsities, seeds, *, decay, steps, lr, batch=
     instance_sparsity = np.repeat(sparsities, len(seeds)).tolist()
     instance_seeds = seeds * len(sparsities)
     model = ToyModel(features, hidden, instance_seeds, importance=importance.float(), output=output)
-    data = SparseUniform(instance_seeds, features, instance_sparsity,
-                         prefetch=prefetch_for(len(instance_seeds), batch, features))
-    train(model, lambda step: data.sample(batch), steps=steps, lr=lr, optimizer="adamw",
-          record_at=[steps], desc=f"{output} n={features} m={hidden}, {len(instance_seeds)} models")
+    data = SparseUniform(
+        instance_seeds,
+        features,
+        instance_sparsity,
+        prefetch=prefetch_for(len(instance_seeds), batch, features),
+    )
+    train(
+        model,
+        lambda step: data.sample(batch),
+        steps=steps,
+        lr=lr,
+        optimizer="adamw",
+        record_at=[steps],
+        desc=f"{output} n={features} m={hidden}, {len(instance_seeds)} models",
+    )
     grid = (len(sparsities), len(seeds))
     return SimpleNamespace(
-        features=features, hidden=hidden, output=output, decay=decay,
-        sparsities=np.array(sparsities), seeds=np.array(seeds),
+        features=features,
+        hidden=hidden,
+        output=output,
+        decay=decay,
+        sparsities=np.array(sparsities),
+        seeds=np.array(seeds),
         W=model.W.detach().to(DTYPE).cpu().reshape(*grid, hidden, features),
         b=model.b.detach().to(DTYPE).cpu().reshape(*grid, features),
-        importance=importance.expand(*grid, features).clone())
+        importance=importance.expand(*grid, features).clone(),
+    )
 
 
 def _flat(sweep):
@@ -64,7 +82,9 @@ def _flat(sweep):
 
 def _grid(sweep, values):
     """Undo ``_flat`` on a per-instance result: (instances, ...) -> (sparsities, seeds, ...)."""
-    return np.asarray(values).reshape(len(sweep.sparsities), len(sweep.seeds), *np.shape(values)[1:])
+    return np.asarray(values).reshape(
+        len(sweep.sparsities), len(sweep.seeds), *np.shape(values)[1:]
+    )
 
 
 def represented(W):
@@ -81,8 +101,9 @@ def _evaluation_losses(sweep, samples, seed):
     """Per-sample losses of every model on fresh data: (instances, samples). All models with the
     same sparsity see the same inputs, so their losses compare without sampling noise."""
     W, b, importance, S = _flat(sweep)
-    x = SparseUniform([seed] * len(S), sweep.features, S.tolist(), device="cpu", dtype=DTYPE,
-                      purpose="evaluation").sample(samples)
+    x = SparseUniform(
+        [seed] * len(S), sweep.features, S.tolist(), device="cpu", dtype=DTYPE, purpose="evaluation"
+    ).sample(samples)
     return toy_sample_loss(W, b, importance, x, sweep.output)
 
 
@@ -92,6 +113,7 @@ def evaluation_loss(sweep, samples, seed=0):
 
 
 # --- 1. the sparsity-pattern expansion --------------------------------------------------------
+
 
 def _patterns(features, active, samples, g):
     """``samples`` inputs with exactly ``active`` features on, chosen uniformly: (samples, n)."""
@@ -113,8 +135,10 @@ def pattern_expansion(sweep, samples, seed=0):
     W, b, importance, S = _flat(sweep)
     n, instances = sweep.features, len(S)
     g = generator(seed, "patterns")
-    estimate, error = torch.zeros(instances, n + 1, dtype=DTYPE), torch.zeros(instances, n + 1,
-                                                                              dtype=DTYPE)
+    estimate, error = (
+        torch.zeros(instances, n + 1, dtype=DTYPE),
+        torch.zeros(instances, n + 1, dtype=DTYPE),
+    )
     counts = th.pattern_counts(n)
     for k in range(n + 1):
         x = _patterns(n, k, samples, g).expand(instances, samples, n)
@@ -129,13 +153,17 @@ def pattern_expansion(sweep, samples, seed=0):
         expansion_error=_grid(sweep, (weights * error).square().sum(-1).sqrt()),
         direct=_grid(sweep, direct.mean(-1)),
         direct_error=_grid(sweep, direct.std(-1) / samples**0.5),
-        L0_exact=_grid(sweep, th.zero_input_loss(b, importance)), L0=_grid(sweep, estimate[:, 0]),
+        L0_exact=_grid(sweep, th.zero_input_loss(b, importance)),
+        L0=_grid(sweep, estimate[:, 0]),
         L1_exact=_grid(sweep, benefit.sum(-1) + interference.sum((-1, -2))),
-        L1=_grid(sweep, estimate[:, 1]), L1_error=_grid(sweep, error[:, 1]),
-        sparsities=sweep.sparsities)
+        L1=_grid(sweep, estimate[:, 1]),
+        L1_error=_grid(sweep, error[:, 1]),
+        sparsities=sweep.sparsities,
+    )
 
 
 # --- 2. feature benefit and interference ------------------------------------------------------
+
 
 def interference_split(sweep):
     """L_1 at x_i = 1, split into feature benefit and interference, for every model.
@@ -155,16 +183,20 @@ def interference_split(sweep):
     positive = pairs & (gram > 0)
     freed = positive & (gram + b[:, None, :] <= 0)
     return SimpleNamespace(
-        benefit=_grid(sweep, benefit.sum(-1)), paid=_grid(sweep, paid.sum((-1, -2))),
+        benefit=_grid(sweep, benefit.sum(-1)),
+        paid=_grid(sweep, paid.sum((-1, -2))),
         without_bias=_grid(sweep, without_bias.sum((-1, -2))),
         linear=_grid(sweep, linear.sum((-1, -2))),
         negative_pairs=_grid(sweep, (pairs & (gram < 0)).sum((-1, -2))),
         positive_pairs=_grid(sweep, positive.sum((-1, -2))),
         freed_pairs=_grid(sweep, freed.sum((-1, -2))),
-        pairs=_grid(sweep, pairs.sum((-1, -2))), sparsities=sweep.sparsities)
+        pairs=_grid(sweep, pairs.sum((-1, -2))),
+        sparsities=sweep.sparsities,
+    )
 
 
 # --- 3. linear against ReLU output ------------------------------------------------------------
+
 
 def linear_gap(sweep):
     """The linear sweep's exact loss against the optimum Var(x) Σ_{i>m} I_i: relative gaps
@@ -206,6 +238,7 @@ def planar_shape(w, tolerance=5.0):
 
 # --- 4. the Thomson analogy -------------------------------------------------------------------
 
+
 def learned_packing(sweep):
     """The packing energy Σ_{i≠j} ReLU(u_i·u_j)^2 of each model's represented directions u_i =
     W_i/|W_i|, and how many there are: two (sparsities, seeds) arrays."""
@@ -224,12 +257,19 @@ def packing_comparison(sweep, restarts, steps):
     learned, counts = learned_packing(sweep)
     best = {k: packing_minimum(int(k), sweep.hidden, restarts, steps) for k in np.unique(counts)}
     best_for_model = np.vectorize(best.get)(counts)
-    return dict(n=sweep.features, m=sweep.hidden, learned=learned, counts=counts,
-                best=best_for_model, ratio=learned / best_for_model)
+    return dict(
+        n=sweep.features,
+        m=sweep.hidden,
+        learned=learned,
+        counts=counts,
+        best=best_for_model,
+        ratio=learned / best_for_model,
+    )
 
 
 @cached
 def packing_minimum(count, hidden, restarts, steps):
-    """The best packing energy of ``count`` points on S^(hidden-1) over ``restarts`` random starts."""
+    """The best packing energy of ``count`` points on S^(hidden-1) over ``restarts`` random
+    starts."""
     energies, _ = th.minimize_packing_energy(count, hidden, restarts, steps)
     return float(energies[0])

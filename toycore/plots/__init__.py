@@ -1,4 +1,5 @@
 """One plotting style for the whole book, and helpers to turn figures into PNG bytes."""
+
 import io
 
 import matplotlib
@@ -27,12 +28,14 @@ matplotlib.rcParams.update(STYLE)
 
 def figure(ncols=1, nrows=1, width=4.2, height=3.2, **kwargs):
     """A new figure in the book's style: panels of ``width`` x ``height`` inches each."""
-    return plt.subplots(nrows, ncols, figsize=(width * ncols, height * nrows),
-                        layout="constrained", **kwargs)
+    return plt.subplots(
+        nrows, ncols, figsize=(width * ncols, height * nrows), layout="constrained", **kwargs
+    )
 
 
 def show(fig):
-    """Display ``fig`` once and close it, so that Jupyter does not also show it at the cell's end."""
+    """Display ``fig`` once and close it, so that Jupyter does not also show it at the cell's
+    end."""
     from IPython.display import display
 
     display(fig)

@@ -1,4 +1,5 @@
 """Chapter 4 figures. Each function takes an experiment's result and returns a Figure."""
+
 import numpy as np
 from matplotlib.ticker import NullFormatter
 
@@ -11,15 +12,20 @@ LAW_STYLE = {"bipolar": "-", "gaussian": "--", "uniform": "-.", "laplace": ":"}
 
 def _references(ax, hidden):
     ax.axhline(th.initial_fourth_norm(hidden), color="k", lw=0.8, ls="--", label="3/m")
-    ax.axhline(th.random_unit_fourth_norm(hidden), color="0.5", lw=0.8, ls=":",
-               label="3/(m+2): random unit vector")
+    ax.axhline(
+        th.random_unit_fourth_norm(hidden),
+        color="0.5",
+        lw=0.8,
+        ls=":",
+        label="3/(m+2): random unit vector",
+    )
 
 
 def _band(ax, steps, values, **style):
     """Mean over seeds (axis 1 after averaging encodings) with a ±1 sd band."""
     per_seed = values.mean(-1)
     mean, sd = per_seed.mean(-1), per_seed.std(-1)
-    line, = ax.plot(steps, mean, **style)
+    (line,) = ax.plot(steps, mean, **style)
     ax.fill_between(steps, mean - sd, mean + sd, color=line.get_color(), alpha=0.15, lw=0)
 
 
@@ -33,8 +39,11 @@ def fourth_norm_curves(runs, kinds=("bipolar", "gaussian")):
         _references(ax, runs.hidden)
         ax.set(title=f"{kind} noise", xlabel="SGD step", ylabel="mean ‖W_i‖₄⁴", ylim=(0, 1.05))
     np.atleast_1d(axes)[0].legend(loc="upper left")
-    fig.suptitle(f"Figure 4: sparsification under hidden noise (n = {runs.fourth.shape[-1]}, "
-                 f"m = {runs.hidden}, {len(runs.seeds)} seeds, band ±1 sd)", fontsize=10)
+    fig.suptitle(
+        f"Figure 4: sparsification under hidden noise (n = {runs.fourth.shape[-1]}, "
+        f"m = {runs.hidden}, {len(runs.seeds)} seeds, band ±1 sd)",
+        fontsize=10,
+    )
     return fig
 
 
@@ -46,18 +55,29 @@ def laws(runs):
     for k, kind in enumerate(runs.kinds):
         _band(left, runs.steps, runs.fourth[:, k, j], color=f"C{k}", ls=LAW_STYLE[kind], label=kind)
     _references(left, runs.hidden)
-    left.set(title=f"σ = {runs.sigmas[j]:g}", xlabel="SGD step", ylabel="mean ‖W_i‖₄⁴", ylim=(0, 1.05))
+    left.set(
+        title=f"σ = {runs.sigmas[j]:g}", xlabel="SGD step", ylabel="mean ‖W_i‖₄⁴", ylim=(0, 1.05)
+    )
     left.legend(loc="upper left")
     kurtosis = [EXCESS_KURTOSIS[k] for k in runs.kinds]
     final = runs.fourth[-1].mean(-1)  # (laws, σs, seeds)
     for j, sigma in enumerate(runs.sigmas):
-        right.errorbar(kurtosis, final[:, j].mean(-1), final[:, j].std(-1), marker="o",
-                       capsize=3, label=f"σ = {sigma:g}")
+        right.errorbar(
+            kurtosis,
+            final[:, j].mean(-1),
+            final[:, j].std(-1),
+            marker="o",
+            capsize=3,
+            label=f"σ = {sigma:g}",
+        )
     right.axhline(th.random_unit_fourth_norm(runs.hidden), color="0.5", lw=0.8, ls=":")
     for x, kind in zip(kurtosis, runs.kinds):
         right.annotate(kind, (x, 0.02), ha="center", fontsize=8, color="0.3")
-    right.set(xlabel="excess kurtosis μ₄/σ⁴ − 3", ylabel=f"mean ‖W_i‖₄⁴ at step {runs.steps[-1]}",
-              ylim=(0, 1.05))
+    right.set(
+        xlabel="excess kurtosis μ₄/σ⁴ − 3",
+        ylabel=f"mean ‖W_i‖₄⁴ at step {runs.steps[-1]}",
+        ylim=(0, 1.05),
+    )
     right.legend()
     return fig
 
@@ -66,15 +86,27 @@ def strength(sweep):
     """Figure 5: final fourth norms against λ (l1, no noise) and σ (bipolar noise), with the
     squared norms |W_i|² and the normalised fourth norm ‖W_i‖₄⁴/‖W_i‖₂⁴ that tell why they drop."""
     fig, axes = figure(2, 2, width=3.9, height=2.8, sharex="col")
-    for col, (side, label) in enumerate(((sweep.l1, "l1 strength λ"), (sweep.noise, "bipolar noise σ"))):
+    for col, (side, label) in enumerate(
+        ((sweep.l1, "l1 strength λ"), (sweep.noise, "bipolar noise σ"))
+    ):
         fourth, squared = side.fourth[-1], side.squared[-1]  # (values, seeds, features)
         normalised = fourth / np.maximum(squared, 1e-12) ** 2
         top, bottom = axes[0, col], axes[1, col]
-        for ax, values, name in ((top, fourth, "‖W_i‖₄⁴"), (top, normalised, "‖W_i‖₄⁴ / ‖W_i‖₂⁴"),
-                                 (bottom, squared, "‖W_i‖₂²")):
+        for ax, values, name in (
+            (top, fourth, "‖W_i‖₄⁴"),
+            (top, normalised, "‖W_i‖₄⁴ / ‖W_i‖₂⁴"),
+            (bottom, squared, "‖W_i‖₂²"),
+        ):
             per_seed = values.mean(-1)
-            ax.errorbar(side.values, per_seed.mean(-1), per_seed.std(-1), marker="o", ms=4,
-                        capsize=2, label=name)
+            ax.errorbar(
+                side.values,
+                per_seed.mean(-1),
+                per_seed.std(-1),
+                marker="o",
+                ms=4,
+                capsize=2,
+                label=name,
+            )
         top.axhline(th.initial_fourth_norm(sweep.hidden), color="k", lw=0.8, ls="--", label="3/m")
         top.set(xscale="log", ylabel=f"at step {sweep.steps[-1]}", ylim=(0, 1.05))
         bottom.set(xscale="log", xlabel=label, ylabel="mean ‖W_i‖₂²", ylim=(0, 1.1))
@@ -82,11 +114,16 @@ def strength(sweep):
         top.legend(fontsize=7)
     axes[1, 0].axvline(th.l1_collapse(), color="C3", lw=0.8, ls=":", label="8/(3√3): collapse")
     sigma = np.geomspace(sweep.noise.values.min(), sweep.noise.values.max(), 100)
-    axes[1, 1].plot(sigma, th.noisy_squared_norm(sigma), "C3:", lw=1, label="1 − σ²/2, no interference")
+    axes[1, 1].plot(
+        sigma, th.noisy_squared_norm(sigma), "C3:", lw=1, label="1 − σ²/2, no interference"
+    )
     for ax in axes[1]:
         ax.legend(fontsize=7)
-    fig.suptitle(f"Figure 5: final fourth norms under l1 and under bipolar noise "
-                 f"({len(sweep.seeds)} seeds, SGD lr {sweep.lr:g})", fontsize=10)
+    fig.suptitle(
+        f"Figure 5: final fourth norms under l1 and under bipolar noise "
+        f"({len(sweep.seeds)} seeds, SGD lr {sweep.lr:g})",
+        fontsize=10,
+    )
     return fig
 
 
@@ -97,17 +134,32 @@ def single_instance(run, index, compromising):
     fig, (left, right) = figure(2, width=4.2, height=3.3)
     fourth = run.fourth[:, index]
     for i in range(fourth.shape[-1]):
-        left.plot(run.steps, fourth[:, i], lw=2.5 if i in compromising else 1,
-                  label=f"W_{i + 1}" + (" (compromising)" if i in compromising else ""))
+        left.plot(
+            run.steps,
+            fourth[:, i],
+            lw=2.5 if i in compromising else 1,
+            label=f"W_{i + 1}" + (" (compromising)" if i in compromising else ""),
+        )
     left.axhline(0.2, color="0.5", lw=0.8, ls=":")
-    left.set(xscale="symlog", xlim=(0, run.steps[-1]), xlabel="SGD step (log above 1)",
-             ylabel="‖W_i‖₄⁴", ylim=(0, 1.05),
-             title=f"σ = {run.sigmas[index]:g}, bipolar, seed {run.seed}")
+    left.set(
+        xscale="symlog",
+        xlim=(0, run.steps[-1]),
+        xlabel="SGD step (log above 1)",
+        ylabel="‖W_i‖₄⁴",
+        ylim=(0, 1.05),
+        title=f"σ = {run.sigmas[index]:g}, bipolar, seed {run.seed}",
+    )
     left.legend(fontsize=7, ncol=2)
     W = run.W[index]
     image = right.imshow(W, vmin=-1, vmax=1)
-    right.set(xlabel="neuron k", ylabel="encoding i", xticks=range(0, W.shape[1], 4), yticks=range(len(W)),
-              yticklabels=[str(i + 1) for i in range(len(W))], title=f"final W, step {run.steps[-1]}")
+    right.set(
+        xlabel="neuron k",
+        ylabel="encoding i",
+        xticks=range(0, W.shape[1], 4),
+        yticks=range(len(W)),
+        yticklabels=[str(i + 1) for i in range(len(W))],
+        title=f"final W, step {run.steps[-1]}",
+    )
     right.grid(False)
     fig.colorbar(image, ax=right, shrink=0.8)
     fig.suptitle("Figure 6: one instance under bipolar noise", fontsize=10)
@@ -121,7 +173,9 @@ def sigma_law(sigmas, times, exponent, constant, target_sigma, target_steps):
     ax.loglog(sigmas, times, "o", label="measured")
     grid = np.geomspace(target_sigma, max(sigmas), 100)
     ax.loglog(grid, constant * grid**exponent, "C0--", lw=1, label=f"fit: σ^{exponent:.1f}")
-    ax.loglog(grid, times[0] * (grid / sigmas[0]) ** -4, "k:", lw=1, label="σ⁻⁴ through the smallest σ")
+    ax.loglog(
+        grid, times[0] * (grid / sigmas[0]) ** -4, "k:", lw=1, label="σ⁻⁴ through the smallest σ"
+    )
     ax.plot([target_sigma], [target_steps], "C3*", ms=12, label="text: 1M steps at σ = 0.01")
     ax.set(xlabel="bipolar noise σ", ylabel="SGD steps until mean ‖W_i‖₄⁴ ≥ level")
     ax.legend()
@@ -135,15 +189,25 @@ def kurtosis_check(check):
     unit = 16 * check.lrs**2 * check.sigma**4 * (1 - 1 / check.hidden)
     for k, kind in enumerate(check.kinds):
         color = f"C{k}"
-        ax.errorbar(check.lrs, check.measured[k] / unit, 2 * check.error[k] / unit, fmt="o",
-                    color=color, capsize=3, label=f"{kind}: Monte Carlo (±2 se)")
+        ax.errorbar(
+            check.lrs,
+            check.measured[k] / unit,
+            2 * check.error[k] / unit,
+            fmt="o",
+            color=color,
+            capsize=3,
+            label=f"{kind}: Monte Carlo (±2 se)",
+        )
         ax.plot(check.lrs, check.text[k] / unit, color=color, ls="--", lw=1)
         ax.plot(check.lrs, check.ours[k] / unit, color=color, ls=":", lw=1)
     ax.plot([], [], "k--", lw=1, label="text: 16η²σ⁴‖W‖₄⁴κ")
     ax.plot([], [], "k:", lw=1, label="with our η³ term")
-    ax.set(xscale="log", xlabel="learning rate η",
-           ylabel="(L_sparse − L_dense) / 16η²σ⁴(1 − 1/m)",
-           title=f"one step from e₁ vs (1,…,1)/√m, m = {check.hidden}, σ = {check.sigma:g}")
+    ax.set(
+        xscale="log",
+        xlabel="learning rate η",
+        ylabel="(L_sparse − L_dense) / 16η²σ⁴(1 − 1/m)",
+        title=f"one step from e₁ vs (1,…,1)/√m, m = {check.hidden}, σ = {check.sigma:g}",
+    )
     ax.legend(fontsize=7, ncol=2)
     return fig
 
@@ -162,8 +226,11 @@ def l1_against_noise(result, seed_index, counts_label):
     for ax, name in zip(axes, ("l1", "noise")):
         ax.imshow(sorted_rows(result.W[name][seed_index]), vmin=-1, vmax=1)
         title = f"λ = {result.l1:g}" if name == "l1" else f"bipolar σ = {result.sigma:g}"
-        ax.set(title=f"{title}, seed {result.seeds[seed_index]}", xlabel="neuron (sorted)",
-               ylabel="feature i")
+        ax.set(
+            title=f"{title}, seed {result.seeds[seed_index]}",
+            xlabel="neuron (sorted)",
+            ylabel="feature i",
+        )
         ax.grid(False)
     top = max(c.max() for c in result.counts.values()) + 1
     bins = np.arange(top + 1) - 0.5
@@ -181,7 +248,9 @@ def explorer_frame(runs, kind, sigma):
     for s in range(len(runs.seeds)):
         left.plot(runs.steps, runs.fourth[:, k, j, s].mean(-1), color="C0", alpha=0.6)
     _references(left, runs.hidden)
-    left.set(xlabel="SGD step", ylabel="mean ‖W_i‖₄⁴", ylim=(0, 1.05), title=f"{kind}, σ = {sigma:g}")
+    left.set(
+        xlabel="SGD step", ylabel="mean ‖W_i‖₄⁴", ylim=(0, 1.05), title=f"{kind}, σ = {sigma:g}"
+    )
     right.imshow(sorted_rows(runs.W[k, j, 0]), vmin=-1, vmax=1)
     right.set(title="final W, seed 0", xlabel="neuron (sorted)", ylabel="feature i")
     right.grid(False)

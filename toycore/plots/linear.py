@@ -1,4 +1,5 @@
 """Chapter 1 figures. Each function takes an experiment's result and returns a Figure."""
+
 import numpy as np
 
 from ..theory import linear as th
@@ -13,18 +14,27 @@ def spectrum(splitting, features_values=(4, 16, 64)):
     left.errorbar(T, width.mean(1), yerr=width.std(1), fmt="o", label="sample Σ")
     reference = width.mean(1)[0] * np.sqrt(T[0] / T)
     left.plot(T, reference, "k--", label=r"$\propto T^{-1/2}$")
-    left.set(xscale="log", yscale="log", xlabel="samples T",
-             ylabel=r"bulk width $(\lambda_2-\lambda_D)/\lambda_{\rm bulk}$",
-             title=f"splitting of the degenerate eigenvalue (slope {splitting['slope']:.2f})")
+    left.set(
+        xscale="log",
+        yscale="log",
+        xlabel="samples T",
+        ylabel=r"bulk width $(\lambda_2-\lambda_D)/\lambda_{\rm bulk}$",
+        title=f"splitting of the degenerate eigenvalue (slope {splitting['slope']:.2f})",
+    )
     left.legend()
     S = np.linspace(0, 0.999, 200)
     for D in features_values:
-        ratio = [th.population_spectrum(D, s)["top"] / th.population_spectrum(D, s)["bulk"]
-                 for s in S]
+        ratio = [
+            th.population_spectrum(D, s)["top"] / th.population_spectrum(D, s)["bulk"] for s in S
+        ]
         right.plot(1 - S, ratio, label=f"D = {D}")
-    right.set(xscale="log", yscale="log", xlabel="density 1 − S",
-              ylabel=r"$\lambda_1 / \lambda_{\rm bulk}$ of $E\,xx^\top$",
-              title="Σ ∝ I only when (1 − S)·D ≪ 1")
+    right.set(
+        xscale="log",
+        yscale="log",
+        xlabel="density 1 − S",
+        ylabel=r"$\lambda_1 / \lambda_{\rm bulk}$ of $E\,xx^\top$",
+        title="Σ ∝ I only when (1 − S)·D ≪ 1",
+    )
     right.legend()
     return fig
 
@@ -35,8 +45,13 @@ def convergence(result):
     history = result["history"]
     gap = np.maximum((history.loss - result["predicted"]) / result["predicted"], 1e-17)
     ax.plot(history.steps, gap, alpha=0.7)
-    ax.set(xscale="symlog", yscale="log", xlabel="step", ylabel=r"$(L - L_{\min}) / L_{\min}$",
-           title="gradient descent reaches tr Σ − (λ₁ + … + λ_d)")
+    ax.set(
+        xscale="symlog",
+        yscale="log",
+        xlabel="step",
+        ylabel=r"$(L - L_{\min}) / L_{\min}$",
+        title="gradient descent reaches tr Σ − (λ₁ + … + λ_d)",
+    )
     return fig
 
 
@@ -48,8 +63,11 @@ def census(result):
     predicted = [r["predicted"] for r in rows]
     left.plot(predicted, [r["loss"] for r in rows], "o")
     left.plot([min(predicted), max(predicted)], [min(predicted), max(predicted)], "k--", lw=1)
-    left.set(xlabel=r"$\sum_{i\notin I}\lambda_i$", ylabel="loss at the critical point",
-             title=f"all {len(rows)} critical points")
+    left.set(
+        xlabel=r"$\sum_{i\notin I}\lambda_i$",
+        ylabel="loss at the critical point",
+        title=f"all {len(rows)} critical points",
+    )
     counts = {}
     for r in rows:
         key = (r["inversions"], r["negative"])
@@ -59,18 +77,31 @@ def census(result):
         right.annotate(f"×{n}", (x, y), textcoords="offset points", xytext=(8, -4), fontsize=8)
     top = max(r["inversions"] for r in rows)
     right.plot([0, top], [0, top], "k--", lw=1)
-    right.set(xlabel="inversions: j ∈ I, k ∉ I, λ_k > λ_j",
-              ylabel="negative Hessian eigenvalues", title="every saddle's escape directions")
+    right.set(
+        xlabel="inversions: j ∈ I, k ∉ I, λ_k > λ_j",
+        ylabel="negative Hessian eigenvalues",
+        title="every saddle's escape directions",
+    )
     return fig
 
 
 def escape(drops):
     """Loss decrease at the Prop. 3 perturbation: measured against eps²/(1+eps²)(λ_k − λ_j)."""
     fig, ax = figure(width=5)
-    ax.plot(drops["eps"], drops["predicted"], "k-", label=r"$\frac{\epsilon^2}{1+\epsilon^2}(\lambda_k-\lambda_j)$")
+    ax.plot(
+        drops["eps"],
+        drops["predicted"],
+        "k-",
+        label=r"$\frac{\epsilon^2}{1+\epsilon^2}(\lambda_k-\lambda_j)$",
+    )
     ax.plot(drops["eps"], drops["measured"], "o", label="measured")
-    ax.set(xscale="log", yscale="log", xlabel="ε", ylabel="loss decrease",
-           title="leaving a saddle along u_j → (u_j + ε u_k)/√(1+ε²)")
+    ax.set(
+        xscale="log",
+        yscale="log",
+        xlabel="ε",
+        ylabel="loss decrease",
+        title="leaving a saddle along u_j → (u_j + ε u_k)/√(1+ε²)",
+    )
     ax.legend()
     return fig
 
@@ -80,8 +111,14 @@ def flows(untied, tied, energy):
     tied loss's own gradient flow; (c) the energy (28) along (22) with Σ = I."""
     fig, (a, b, c) = figure(3, width=3.8)
     for lr, run in sorted(untied.items(), reverse=True):
-        a.plot(run["times"], run["loss"], "o", ms=3, alpha=0.6,
-               label=f"GD lr={lr} (dev. {run['deviation']:.1e})")
+        a.plot(
+            run["times"],
+            run["loss"],
+            "o",
+            ms=3,
+            alpha=0.6,
+            label=f"GD lr={lr} (dev. {run['deviation']:.1e})",
+        )
     run = untied[min(untied)]
     a.plot(run["times"], run["flow_loss"], "k-", lw=1, label="flow (20)–(21)")
     a.set(xlabel="flow time t = 2·lr·step", ylabel="loss", title="(a) untied: GD follows the flow")
@@ -89,8 +126,12 @@ def flows(untied, tied, energy):
     b.plot(tied["times"], tied["loss_22"], label="flow (22)")
     b.plot(tied["times"], tied["loss_gradient"], label="tied gradient flow")
     b.axhline(tied["minimum"], color="k", ls="--", lw=1, label="PCA minimum")
-    b.set(xscale="log", xlabel="flow time t", ylabel="tied loss",
-          title="(b) tied: (22) stalls above the minimum")
+    b.set(
+        xscale="log",
+        xlabel="flow time t",
+        ylabel="tied loss",
+        title="(b) tied: (22) stalls above the minimum",
+    )
     b.legend()
     c.plot(energy["times"], energy["energy"])
     c.set(xlabel="flow time t", ylabel="E", title="(c) energy (28) along (22), Σ = I")
@@ -119,7 +160,12 @@ def loss_curve(curve, hidden, sparsity):
         ax.axhline(value, color="0.8", lw=0.8, zorder=0)
     ax.axhline(critical.min(), color="k", ls="--", lw=1, label="global minimum")
     ax.plot(curve["steps"] + 1, curve["loss"], color="C0", label="gradient descent")
-    ax.set(xscale="log", xlabel="step + 1", ylabel="loss / tr Σ", ylim=(0, 1.02),
-           title=f"d = {hidden}, S = {sparsity}: {len(critical)} critical values (grey)")
+    ax.set(
+        xscale="log",
+        xlabel="step + 1",
+        ylabel="loss / tr Σ",
+        ylim=(0, 1.02),
+        title=f"d = {hidden}, S = {sparsity}: {len(critical)} critical values (grey)",
+    )
     ax.legend(loc="lower left")
     return fig

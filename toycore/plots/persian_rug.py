@@ -1,4 +1,5 @@
 """Chapter 5 figures. Each function takes computed results and returns a Figure."""
+
 import numpy as np
 
 from ..theory import persian_rug as th
@@ -37,14 +38,32 @@ def loss_curves(grid, rug_ratios, rug_losses, finite_rug=None):
     ratios = grid.hidden / grid.features
     for k, (ax, p) in enumerate(zip(np.atleast_1d(axes), grid.densities)):
         loss = grid.loss[k]
-        ax.errorbar(ratios, loss.mean(-1), yerr=loss.std(-1), fmt="o", ms=4, color="C0",
-                    label=f"trained, ns = {grid.features}")
+        ax.errorbar(
+            ratios,
+            loss.mean(-1),
+            yerr=loss.std(-1),
+            fmt="o",
+            ms=4,
+            color="C0",
+            label=f"trained, ns = {grid.features}",
+        )
         ax.plot(rug_ratios, rug_losses[k], color="C3", label="Persian rug (ns → ∞)")
         if finite_rug is not None:
-            ax.plot(finite_rug["ratios"], finite_rug["loss"][k], "x", color="C3", ms=6,
-                    label=f"Persian rug, ns = {finite_rug['features']}")
-        ax.plot(rug_ratios, th.linear_loss(p, np.asarray(rug_ratios)), "--", color="0.4",
-                label="optimal linear")
+            ax.plot(
+                finite_rug["ratios"],
+                finite_rug["loss"][k],
+                "x",
+                color="C3",
+                ms=6,
+                label=f"Persian rug, ns = {finite_rug['features']}",
+            )
+        ax.plot(
+            rug_ratios,
+            th.linear_loss(p, np.asarray(rug_ratios)),
+            "--",
+            color="0.4",
+            label="optimal linear",
+        )
         ax.set(title=f"p = {p:g}", xlabel="nd / ns", ylim=(0, None), xlim=(0, 1))
     np.atleast_1d(axes)[0].set_ylabel("loss per feature")
     np.atleast_1d(axes)[0].legend(loc="upper right")
@@ -71,12 +90,18 @@ def symmetry_heatmaps(grids, statistic):
     low, high = np.log10(positive[positive > 0].min()), np.log10(positive.max())
     fig, axes = figure(len(grids), width=3.0, height=2.8)
     for ax, grid, value in zip(np.atleast_1d(axes), grids, values):
-        image = ax.imshow(np.log10(value), origin="lower", aspect="auto", vmin=low, vmax=high,
-                          cmap="viridis")
-        ax.set(title=f"ns = {grid.features}", xlabel="nd / ns", ylabel="p",
-               xticks=range(len(grid.ratios)), yticks=range(len(grid.densities)),
-               xticklabels=[f"{r:g}" for r in grid.ratios],
-               yticklabels=[f"{p:g}" for p in grid.densities])
+        image = ax.imshow(
+            np.log10(value), origin="lower", aspect="auto", vmin=low, vmax=high, cmap="viridis"
+        )
+        ax.set(
+            title=f"ns = {grid.features}",
+            xlabel="nd / ns",
+            ylabel="p",
+            xticks=range(len(grid.ratios)),
+            yticks=range(len(grid.densities)),
+            xticklabels=[f"{r:g}" for r in grid.ratios],
+            yticklabels=[f"{p:g}" for p in grid.densities],
+        )
         ax.grid(False)
     fig.colorbar(image, ax=axes, shrink=0.8, label=f"log₁₀ {label}")
     fig.suptitle(f"Figure {number}: {label}, shrinking as ns grows", fontsize=10)
@@ -132,15 +157,19 @@ def explorer_frame(W, b, curve, density, ratio, rug_value, nu, nu_mean, nu_sd):
     fig, (ax, bx, cx) = figure(3, width=3.2, height=2.9)
     _matrix(ax, W[:30, :30], title="W, first 30 x 30")
     steps = np.arange(1, np.isfinite(curve).sum() + 1)
-    bx.plot(steps, curve[:len(steps)], lw=0.6, color="C0", label="training loss")
+    bx.plot(steps, curve[: len(steps)], lw=0.6, color="C0", label="training loss")
     bx.axhline(rug_value, color="C3", label="Persian rug")
     bx.axhline(th.linear_loss(density, ratio), color="0.4", ls="--", label="linear")
     bx.set(yscale="log", xlabel="Adam step", title="loss")
     bx.legend(fontsize=7)
     cx.hist(nu, bins=60, density=True, color="C0", alpha=0.6, label="ν₀ measured")
     grid = np.linspace(nu.min(), nu.max(), 200)
-    cx.plot(grid, np.exp(-(grid - nu_mean) ** 2 / (2 * nu_sd**2)) / (nu_sd * np.sqrt(2 * np.pi)),
-            color="C3", label="Gaussian")
+    cx.plot(
+        grid,
+        np.exp(-((grid - nu_mean) ** 2) / (2 * nu_sd**2)) / (nu_sd * np.sqrt(2 * np.pi)),
+        color="C3",
+        label="Gaussian",
+    )
     cx.set(xlabel="ν₀", title="interference of output 0")
     cx.legend(fontsize=7)
     fig.suptitle(f"p = {density:g}, nd/ns = {ratio:g}", fontsize=10)
@@ -157,6 +186,10 @@ def live_rug(features=256, ratio=0.16, seed=0):
     _matrix(ax, R, title=f"R, ns = {features}, nd = {hidden}, seed {seed}")
     off = R[~np.eye(features, dtype=bool)]
     bx.hist(off, bins=50, color="C0")
-    bx.set(yscale="log", xlabel="R_ij, i ≠ j", title=f"{len(np.unique(np.round(off, 12)))} "
-           f"distinct values; Σ_j≠i R_ij² = {(off**2).sum() / features:.3g}")
+    bx.set(
+        yscale="log",
+        xlabel="R_ij, i ≠ j",
+        title=f"{len(np.unique(np.round(off, 12)))} "
+        f"distinct values; Σ_j≠i R_ij² = {(off**2).sum() / features:.3g}",
+    )
     return fig

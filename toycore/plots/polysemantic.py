@@ -1,4 +1,5 @@
 """Chapter 3 figures. Each function takes an experiment's result and returns a Figure."""
+
 import numpy as np
 
 from ..experiments.polysemantic import survivors_relative_variance
@@ -17,8 +18,13 @@ def solutions(named, losses):
     fig, axes = figure(len(named), width=2.4, height=2.6)
     for ax, (title, W) in zip(axes, named.items()):
         ax.imshow(np.asarray(W), vmin=-1, vmax=1)
-        ax.set(title=f"{title}\nloss {losses[title]:.3g}", xlabel="neuron k",
-               ylabel="feature i", xticks=[], yticks=[])
+        ax.set(
+            title=f"{title}\nloss {losses[title]:.3g}",
+            xlabel="neuron k",
+            ylabel="feature i",
+            xticks=[],
+            yticks=[],
+        )
         ax.grid(False)
     return fig
 
@@ -26,8 +32,16 @@ def solutions(named, losses):
 def _phases(ax, hidden, l1):
     for t, label in ((1 / (l1 * hidden**0.5), "1/(λ√m)"), (1 / l1, "1/λ")):
         ax.axvline(t, color="0.6", lw=0.8, ls=":")
-        ax.annotate(label, (t, 1), xycoords=("data", "axes fraction"), va="top", ha="right",
-                    rotation=90, fontsize=8, color="0.4")
+        ax.annotate(
+            label,
+            (t, 1),
+            xycoords=("data", "axes fraction"),
+            va="top",
+            ha="right",
+            rotation=90,
+            fontsize=8,
+            color="0.4",
+        )
 
 
 def sparsification(result):
@@ -39,14 +53,22 @@ def sparsification(result):
     for ax, name, label, theory in zip(axes, ("l1_norm", "nonzero"), ("‖w‖₁", "m′"), law):
         for i, run in enumerate(result.runs):
             index = _log_index(run, 600)
-            ax.loglog(run.time[index], getattr(run, name)[index], color="C0", alpha=0.7,
-                      label="simulation" if i == 0 else None)
+            ax.loglog(
+                run.time[index],
+                getattr(run, name)[index],
+                color="C0",
+                alpha=0.7,
+                label="simulation" if i == 0 else None,
+            )
         ax.loglog(t, theory, "k--", lw=1, label="theory, constants 1")
         _phases(ax, result.hidden, result.l1)
         ax.set(xlabel="training time t", ylabel=label)
     axes[0].legend()
-    fig.suptitle(f"Figure 2: one encoding without interference, m = {result.hidden:.0e}, "
-                 f"λ = {result.l1:.0e}", fontsize=10)
+    fig.suptitle(
+        f"Figure 2: one encoding without interference, m = {result.hidden:.0e}, "
+        f"λ = {result.l1:.0e}",
+        fontsize=10,
+    )
     return fig
 
 
@@ -66,9 +88,12 @@ def threshold(run, flow):
     left.legend()
     right.semilogx(flow.time[1:], flow.agreement[1:], color="C2", alpha=0.4, lw=1)
     right.semilogx(flow.time[1:], flow.agreement[1:].mean(1), color="C2", lw=2, label="mean")
-    right.set(xlabel="training time t (lr × steps)", ylim=(0, 1.02),
-              ylabel="fraction moving as θ says",
-              title=f"model, n={flow.features}, m={flow.hidden}, λ={flow.l1}")
+    right.set(
+        xlabel="training time t (lr × steps)",
+        ylim=(0, 1.02),
+        ylabel="fraction moving as θ says",
+        title=f"model, n={flow.features}, m={flow.hidden}, λ={flow.l1}",
+    )
     right.legend()
     return fig
 
@@ -82,16 +107,22 @@ def relative_variance(result):
     k = run.nonzero[index]
     alive = k > 1
     time = run.time[index][alive]
-    ax.semilogx(time, survivors_relative_variance(run)[index][alive], color="C1", lw=2,
-                label="simulation")
-    for start, style, color, name in ((run.initial, "-", "C3", "bounds from W_i(0)"),
-                                      (result.ideal.initial, "--", "hotpink",
-                                       "bounds from regular percentiles")):
+    ax.semilogx(
+        time, survivors_relative_variance(run)[index][alive], color="C1", lw=2, label="simulation"
+    )
+    for start, style, color, name in (
+        (run.initial, "-", "C3", "bounds from W_i(0)"),
+        (result.ideal.initial, "--", "hotpink", "bounds from regular percentiles"),
+    ):
         lower, upper = th.relative_variance_bounds(start)
         ax.semilogx(time, lower[k[alive] - 1], style, color=color, lw=1, label=name)
         ax.semilogx(time, upper[k[alive] - 1], style, color=color, lw=1)
-    ax.set(xlabel="training time t", ylabel="Var[X] / E[X]²", ylim=(0, 1.5),
-           title="Figure 7: relative variance of the surviving weights")
+    ax.set(
+        xlabel="training time t",
+        ylabel="Var[X] / E[X]²",
+        ylim=(0, 1.5),
+        title="Figure 7: relative variance of the surviving weights",
+    )
     ax.legend()
     return fig
 
@@ -101,10 +132,14 @@ def overlap_decay(flow):
     fig, ax = figure(width=4.6, height=3.2)
     early = flow.time <= 2
     ax.semilogy(flow.time[early], flow.overlap[early], color="C0", alpha=0.3, lw=1)
-    ax.semilogy(flow.time[early], flow.overlap[early].mean(1), color="C0", lw=2,
-                label="mean over seeds")
-    ax.set(xlabel="training time t (lr × steps)", ylabel="mean W_i·W_j over pairs positive at t=0",
-           title=f"n={flow.features}, m={flow.hidden}, λ={flow.l1}")
+    ax.semilogy(
+        flow.time[early], flow.overlap[early].mean(1), color="C0", lw=2, label="mean over seeds"
+    )
+    ax.set(
+        xlabel="training time t (lr × steps)",
+        ylabel="mean W_i·W_j over pairs positive at t=0",
+        title=f"n={flow.features}, m={flow.hidden}, λ={flow.l1}",
+    )
     ax.legend()
     return fig
 
@@ -115,12 +150,27 @@ def collisions(runs):
     for ax, kind in zip(axes, ("benign", "malign")):
         shared = runs.shared[kind] * np.sign(runs.shared[kind][:1, :, :1])  # feature 0 positive
         for s in range(shared.shape[1]):
-            ax.plot(runs.time, shared[:, s, 0], color="C0", alpha=0.5, lw=1,
-                    label="feature 0" if s == 0 else None)
-            ax.plot(runs.time, shared[:, s, 1], color="C3", alpha=0.5, lw=1,
-                    label="feature 1" if s == 0 else None)
-        ax.set(xscale="symlog", xlabel="training time t (lr × steps)",
-               title=f"{kind}: {'opposite' if kind == 'benign' else 'same'} signs")
+            ax.plot(
+                runs.time,
+                shared[:, s, 0],
+                color="C0",
+                alpha=0.5,
+                lw=1,
+                label="feature 0" if s == 0 else None,
+            )
+            ax.plot(
+                runs.time,
+                shared[:, s, 1],
+                color="C3",
+                alpha=0.5,
+                lw=1,
+                label="feature 1" if s == 0 else None,
+            )
+        ax.set(
+            xscale="symlog",
+            xlabel="training time t (lr × steps)",
+            title=f"{kind}: {'opposite' if kind == 'benign' else 'same'} signs",
+        )
     axes[0].set(ylabel="weight on the shared neuron k")
     axes[0].legend()
     return fig
@@ -131,18 +181,41 @@ def polysemantic_law(sweep, fit):
     fig, ax = figure(width=5.0, height=3.6)
     m = sweep.hiddens
     jitter = np.exp(np.linspace(-0.08, 0.08, sweep.counts.shape[1]))
-    ax.scatter((m[:, None] * jitter).flatten(), sweep.counts.flatten(), s=8, color="C0", alpha=0.4,
-               label=f"{sweep.counts.shape[1]} seeds")
-    ax.errorbar(m, sweep.counts.mean(1), yerr=sweep.counts.std(1, ddof=1), fmt="o-", color="C0",
-                capsize=3, label="mean ± sd")
+    ax.scatter(
+        (m[:, None] * jitter).flatten(),
+        sweep.counts.flatten(),
+        s=8,
+        color="C0",
+        alpha=0.4,
+        label=f"{sweep.counts.shape[1]} seeds",
+    )
+    ax.errorbar(
+        m,
+        sweep.counts.mean(1),
+        yerr=sweep.counts.std(1, ddof=1),
+        fmt="o-",
+        color="C0",
+        capsize=3,
+        label="mean ± sd",
+    )
     grid = np.geomspace(m[0], m[-1], 50)
     n = sweep.features
     ax.plot(grid, n**2 / (4 * grid), "k--", lw=1, label="n²/(4m)")
     low, high = fit.interval
-    ax.plot(grid, fit.constant * n**2 / grid, color="C1", lw=1,
-            label=f"fit {fit.constant:.3f} n²/m  [{low:.3f}, {high:.3f}]")
-    ax.set(xscale="log", yscale="symlog", xlabel="hidden neurons m",
-           ylabel="polysemantic neurons", title=f"Figure 3: n = {n}, λ = {sweep.l1}")
+    ax.plot(
+        grid,
+        fit.constant * n**2 / grid,
+        color="C1",
+        lw=1,
+        label=f"fit {fit.constant:.3f} n²/m  [{low:.3f}, {high:.3f}]",
+    )
+    ax.set(
+        xscale="log",
+        yscale="symlog",
+        xlabel="hidden neurons m",
+        ylabel="polysemantic neurons",
+        title=f"Figure 3: n = {n}, λ = {sweep.l1}",
+    )
     ax.set_xticks(m, [str(v) for v in m])
     ax.legend()
     return fig
@@ -156,8 +229,11 @@ def winner_ranks(named):
     for i, (label, stats) in enumerate(named.items()):
         share = stats.rank_counts[:8] / stats.rank_counts.sum()
         ax.bar(np.arange(1, 9) + (i - (len(named) - 1) / 2) * width, share, width, label=label)
-    ax.set(xlabel="rank of the winning coordinate at initialisation (1 = largest)",
-           ylabel="share of features", xticks=range(1, 9))
+    ax.set(
+        xlabel="rank of the winning coordinate at initialisation (1 = largest)",
+        ylabel="share of features",
+        xticks=range(1, 9),
+    )
     ax.legend()
     return fig
 
@@ -186,10 +262,13 @@ def sorted_weights(W, label=""):
     poly = th.polysemantic_neurons(W).numpy()[order]
     fig, ax = figure(width=5.2, height=4.0)
     ax.imshow(W[:, order], vmin=-1, vmax=1, aspect="auto", interpolation="nearest")
-    ax.scatter(np.flatnonzero(poly), np.full(poly.sum(), -1.2), marker="v", color="k", s=14,
-               clip_on=False)
-    ax.set(xlabel=f"the {len(order)} used neurons of {W.shape[1]}, sorted",
-           ylabel="feature i",
-           title=f"{label}{poly.sum()} polysemantic neurons (▼)")
+    ax.scatter(
+        np.flatnonzero(poly), np.full(poly.sum(), -1.2), marker="v", color="k", s=14, clip_on=False
+    )
+    ax.set(
+        xlabel=f"the {len(order)} used neurons of {W.shape[1]}, sorted",
+        ylabel="feature i",
+        title=f"{label}{poly.sum()} polysemantic neurons (▼)",
+    )
     ax.grid(False)
     return fig

@@ -3,6 +3,7 @@
 Encodings are the rows W_i of W (..., features, hidden). The fourth norm Σ_k W_ik⁴ measures
 how sparse a unit encoding is: 1/m when spread evenly over m coordinates, 1 on one coordinate.
 """
+
 import numpy as np
 
 from ..checks import check_range, check_size
@@ -46,7 +47,9 @@ def sparsity_term(fourth_norm, kind, sigma, lr, hidden=None, order=2):
     if order == 2:
         return leading * kurtosis
     if order != 3 or hidden is None:
-        raise ValueError(f"order must be 2, or 3 with hidden given; got order={order!r}, hidden={hidden!r}")
+        raise ValueError(
+            f"order must be 2, or 3 with hidden given; got order={order!r}, hidden={hidden!r}"
+        )
     check_size("hidden", hidden)
     fourth, sixth = STANDARD_MOMENTS[kind]
     shape = (hidden - 1) * kurtosis + sixth - 6 * fourth + 3
@@ -62,4 +65,4 @@ def l1_collapse():
 def noisy_squared_norm(sigma):
     """The |W_i|² that minimises E(|W_i|² - 1 + W_i·ξ)² = (|W_i|² - 1)² + σ²|W_i|², the loss on
     e_i when the ReLU stays on and nothing interferes: 1 - σ²/2 (0 beyond σ = √2)."""
-    return np.maximum(1 - np.asarray(check_range("sigma", sigma, 0))**2 / 2, 0.0)
+    return np.maximum(1 - np.asarray(check_range("sigma", sigma, 0)) ** 2 / 2, 0.0)

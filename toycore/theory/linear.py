@@ -6,6 +6,7 @@ sample; every statement of the text holds with this scaling. Indices are 0-based
 (the text's λ_1 is ``eigenvalues[0]``). Matrices may carry leading batch dimensions.
 Shapes: A (features, hidden), B (hidden, features), W (hidden, features).
 """
+
 from itertools import combinations
 
 import numpy as np
@@ -15,15 +16,17 @@ from scipy.integrate import solve_ivp
 from ..checks import check_size
 from ..data import sparse_moments
 
-
 # --- sparse data -------------------------------------------------------------------------------
+
 
 def population_second_moment(features, sparsity, dtype=torch.float64):
     """E x xᵀ: (1-S)/3 on the diagonal, (1-S)^2/4 off it."""
     check_size("features", features)
     m = sparse_moments(sparsity)
     eye = torch.eye(features, dtype=dtype)
-    return m["cross"] * torch.ones(features, features, dtype=dtype) + (m["square"] - m["cross"]) * eye
+    return (
+        m["cross"] * torch.ones(features, features, dtype=dtype) + (m["square"] - m["cross"]) * eye
+    )
 
 
 def population_spectrum(features, sparsity):
@@ -36,7 +39,8 @@ def population_spectrum(features, sparsity):
 
 
 def second_moment(x):
-    """Sample second moment (1/T) Σ_t x_t x_tᵀ of x: (..., T, features) -> (..., features, features)."""
+    """Sample second moment (1/T) Σ_t x_t x_tᵀ of x:
+    (..., T, features) -> (..., features, features)."""
     return x.transpose(-1, -2) @ x / x.shape[-2]
 
 
@@ -47,6 +51,7 @@ def eigh_descending(sigma):
 
 
 # --- loss, gradients and critical points --------------------------------------------------------
+
 
 def linear_loss(A, B, sigma):
     """E ||x - ABx||^2 = tr((I - AB) Σ (I - AB)ᵀ), exact given Σ."""
@@ -63,7 +68,9 @@ def linear_gradients(A, B, sigma):
 def check_index_set(index_set, features):
     index_set = tuple(sorted(index_set))
     if len(set(index_set)) != len(index_set) or not all(0 <= i < features for i in index_set):
-        raise ValueError(f"index_set must hold distinct indices in [0, {features}); got {index_set}")
+        raise ValueError(
+            f"index_set must hold distinct indices in [0, {features}); got {index_set}"
+        )
     return index_set
 
 
@@ -102,7 +109,7 @@ def hessian_eigenvalues(A, B, sigma):
     shapes = (A.shape, B.shape)
 
     def loss(flat):
-        a, b = flat[: A.numel()].reshape(shapes[0]), flat[A.numel():].reshape(shapes[1])
+        a, b = flat[: A.numel()].reshape(shapes[0]), flat[A.numel() :].reshape(shapes[1])
         return linear_loss(a, b, sigma)
 
     flat = torch.cat([A.reshape(-1), B.reshape(-1)]).detach()
@@ -131,6 +138,7 @@ def top_projection(eigenvectors, hidden):
 
 
 # --- gradient flows ------------------------------------------------------------------------------
+
 
 def untied_flow(A, B, sigma):
     """Equations (20)-(21): dA/dt = (Σ - ABΣ)Bᵀ, dB/dt = Aᵀ(Σ - ABΣ), i.e. -∇L/2."""
@@ -198,8 +206,9 @@ def integrate(flow, state, times, rtol=1e-10, atol=1e-12):
 
     y0 = torch.cat([s.reshape(-1) for s in state]).to(torch.float64).numpy()
     times = np.asarray(times, dtype=float)
-    solution = solve_ivp(rhs, (times[0], times[-1]), y0, t_eval=times, method="DOP853",
-                         rtol=rtol, atol=atol)
+    solution = solve_ivp(
+        rhs, (times[0], times[-1]), y0, t_eval=times, method="DOP853", rtol=rtol, atol=atol
+    )
     if not solution.success:
         raise RuntimeError(f"ODE integration failed: {solution.message}")
     ys = torch.from_numpy(solution.y.T.copy())

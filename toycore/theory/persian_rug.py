@@ -5,6 +5,7 @@ feature on with probability p and then uniform on [0, 1]. W = W_out W_in is (ns,
 is ReLU(a (x_i + ν_i) + b) where a is the diagonal and ν_i = a⁻¹ Σ_{j≠i} W_ij x_j the interference.
 All losses here are per feature (the mean over features, as the authors' code trains).
 """
+
 import numpy as np
 import torch
 from scipy import integrate, optimize
@@ -42,6 +43,7 @@ def feature_variance(p):
 
 # --- the construction (section 4.2.2) -------------------------------------------------------
 
+
 def hadamard(n, rows=None):
     """The Sylvester Hadamard matrix H_ij = (-1)^popcount(i AND j), n a power of 2; with
     ``rows``, only those rows (len(rows), n)."""
@@ -68,6 +70,7 @@ def persian_rug(features, hidden, seed=0):
 
 # --- the bound (section 4.2.1, appendix C) ---------------------------------------------------
 
+
 def variance_bound(p, ratio):
     """The text's eq. 6: the mean interference variance of any W of rank nd with unit diagonal
     is at least (4p - 3p²)/12 (ns/nd - 1)."""
@@ -87,6 +90,7 @@ def interference_variances(W, p):
 
 # --- statistics of a trained W (figures 4 to 7) ----------------------------------------------
 
+
 def symmetry_statistics(W, b, p):
     """The four measures of statistical permutation symmetry for W (..., ns, ns), b (..., ns):
     the variance of the diagonal (fig. 4), of the bias (fig. 5), over rows of the off-diagonal
@@ -97,17 +101,21 @@ def symmetry_statistics(W, b, p):
     off = W - diagonal[..., :, None] * np.eye(W.shape[-1])
     squares = (off**2).sum(-1)
     lyapunov = (np.abs(off) ** 3).sum(-1) / squares**1.5
-    return {"diagonal": diagonal.var(-1), "bias": b.var(-1),
-            "row_variance": (feature_variance(p) * squares).var(-1),
-            "lyapunov": lyapunov.max(-1)}
+    return {
+        "diagonal": diagonal.var(-1),
+        "bias": b.var(-1),
+        "row_variance": (feature_variance(p) * squares).var(-1),
+        "lyapunov": lyapunov.max(-1),
+    }
 
 
 # --- the macroscopic loss (section 4.1) ------------------------------------------------------
 
+
 def relu_moments(mean, sd):
     """E ReLU(Z) and E ReLU(Z)² for Z ~ N(mean, sd²), sd > 0, elementwise."""
     t = mean / sd
-    cdf, pdf = ndtr(t), np.exp(-t**2 / 2) / np.sqrt(2 * np.pi)
+    cdf, pdf = ndtr(t), np.exp(-(t**2) / 2) / np.sqrt(2 * np.pi)
     return mean * cdf + sd * pdf, (mean**2 + sd**2) * cdf + mean * sd * pdf
 
 
@@ -133,9 +141,12 @@ def optimal_macroscopic(p, sigma):
     check_density(p), check_sigma(sigma)
     best = None
     for a0, b0 in [(1.0, -2 * sigma), (1.0, 0.0), (0.5, -sigma), (1.5, -3 * sigma)]:
-        result = optimize.minimize(lambda ab: _macroscopic_loss(ab[0], ab[1], sigma, p), [a0, b0],
-                                   method="Nelder-Mead",
-                                   options={"xatol": 1e-9, "fatol": 1e-14, "maxiter": 4000})
+        result = optimize.minimize(
+            lambda ab: _macroscopic_loss(ab[0], ab[1], sigma, p),
+            [a0, b0],
+            method="Nelder-Mead",
+            options={"xatol": 1e-9, "fatol": 1e-14, "maxiter": 4000},
+        )
         if best is None or result.fun < best.fun:
             best = result
     return float(best.fun), abs(float(best.x[0])), float(best.x[1])
@@ -163,6 +174,7 @@ def authors_linear_loss(p, features, hidden):
 
 # --- loss scaling (section 4.3, appendix D) --------------------------------------------------
 
+
 def text_small_ratio_bound(p):
     """Section 4.3.1's bound on the r -> 0 loss as printed: p/3 - p²/9."""
     p = check_density(p)
@@ -185,12 +197,19 @@ def bayes_on_loss(sigma):
         mass = ndtr(hi) - ndtr(lo)
         if mass < 1e-300:
             return 0.0
-        phi_lo, phi_hi = np.exp(-lo**2 / 2), np.exp(-hi**2 / 2)
+        phi_lo, phi_hi = np.exp(-(lo**2) / 2), np.exp(-(hi**2) / 2)
         shift = (phi_lo - phi_hi) / np.sqrt(2 * np.pi) / mass
         spread = (lo * phi_lo - hi * phi_hi) / np.sqrt(2 * np.pi) / mass
         return sigma**2 * (1 + spread - shift**2) * mass
-    value, _ = integrate.quad(conditional_variance_times_density, -8 * sigma, 1 + 8 * sigma,
-                              points=[0.0, 1.0], limit=400, epsabs=1e-14)
+
+    value, _ = integrate.quad(
+        conditional_variance_times_density,
+        -8 * sigma,
+        1 + 8 * sigma,
+        points=[0.0, 1.0],
+        limit=400,
+        epsabs=1e-14,
+    )
     return value
 
 

@@ -6,6 +6,7 @@ hidden) and row W_i encodes feature i. Its loss is a function of G = W Wᵀ and 
 sparsification law, the collision count n²/(4m) and the Appendix B bounds; the simulations that
 check them live in ``toycore.experiments.polysemantic``.
 """
+
 import math
 
 import numpy as np
@@ -53,7 +54,8 @@ def reconstruction_loss(W):
 
 
 def representing(W, bounds=POLYSEMANTIC_RANGE):
-    """Which neurons represent which features: |W_ik| in [0.8, 1.2]. bool (..., features, hidden)."""
+    """Which neurons represent which features: |W_ik| in [0.8, 1.2].
+    bool (..., features, hidden)."""
     magnitude = torch.as_tensor(W).abs()
     return (magnitude >= bounds[0]) & (magnitude <= bounds[1])
 

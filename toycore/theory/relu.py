@@ -10,6 +10,7 @@ L_0 = Σ_i I_i ReLU(b_i)^2 and L_1 is a sum of one-dimensional integrals of piec
 quadratics, computed here exactly. Shapes: W (instances, hidden, features), b and importance
 (instances, features).
 """
+
 import math
 
 import torch
@@ -55,7 +56,7 @@ def _active_interval(a, c):
 def relu_square_integral(a, c):
     """∫_0^1 ReLU(a x + c)^2 dx, elementwise and exact."""
     lo, hi = _active_interval(a, c)
-    return (a.square() * (hi**3 - lo**3) / 3 + a * c * (hi**2 - lo**2) + c.square() * (hi - lo))
+    return a.square() * (hi**3 - lo**3) / 3 + a * c * (hi**2 - lo**2) + c.square() * (hi - lo)
 
 
 def relu_moment_integral(a, c):
@@ -74,8 +75,9 @@ def one_sparse_terms(W, b, importance):
     """
     gram = W.transpose(-1, -2) @ W
     norms = torch.diagonal(gram, dim1=-2, dim2=-1)
-    benefit = importance * (1 / 3 - 2 * relu_moment_integral(norms, b)
-                            + relu_square_integral(norms, b))
+    benefit = importance * (
+        1 / 3 - 2 * relu_moment_integral(norms, b) + relu_square_integral(norms, b)
+    )
     interference = importance[:, None, :] * relu_square_integral(gram, b[:, None, :])
     return benefit, _off_diagonal(interference)
 
@@ -107,8 +109,9 @@ def linear_optimum(importance, hidden, sparsity):
     diagonal: the best rank-m symmetric Wᵀ W projects onto the m most important features, the
     bias supplies the others' means, and the loss is Var(x_i) times the importance left out.
     """
-    importance = torch.as_tensor(check_range("importance", importance, 0, low_open=True),
-                                 dtype=torch.float64)
+    importance = torch.as_tensor(
+        check_range("importance", importance, 0, low_open=True), dtype=torch.float64
+    )
     check_size("hidden", hidden, maximum=importance.shape[-1])
     left_out = torch.sort(importance, descending=True)[0]
     return sparse_moments(sparsity)["variance"] * left_out[..., hidden:].sum(-1)

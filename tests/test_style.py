@@ -1,0 +1,29 @@
+"""One style everywhere: ruff (pinned in requirements.txt, configured in pyproject.toml) formats
+and lints toycore, the tests, the benchmarks and the chapters' code cells, whose lines must fit
+the 100 characters a code cell shows in the HTML without cutting them off."""
+
+import subprocess
+import sys
+
+from toycore.paths import REPO_ROOT
+
+TARGETS = ["toycore", "tests", "benchmarks", "chapters"]
+
+
+def ruff(*args):
+    return subprocess.run(
+        [sys.executable, "-m", "ruff", *args, *TARGETS],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+    )
+
+
+def test_the_code_is_formatted():
+    result = ruff("format", "--check", "--diff")
+    assert result.returncode == 0, f"run `ruff format`:\n{result.stdout}{result.stderr}"
+
+
+def test_the_code_passes_the_linter():
+    result = ruff("check", "--output-format", "concise")
+    assert result.returncode == 0, f"run `ruff check --fix`:\n{result.stdout}{result.stderr}"

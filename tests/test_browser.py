@@ -130,6 +130,21 @@ def test_page_needs_nothing_from_outside_and_throws_nothing(pages, name):
     assert page.unsettled is None, f"{name}: math or widgets never finished: {page.unsettled}"
 
 
+# Every figure on show, in a cell's output or an explorer: its pixels and its width on screen.
+FIGURE_SIZES_JS = """() => [...document.querySelectorAll('.cell_output img, .widget-subarea img')]
+  .filter(img => img.offsetParent !== null && img.naturalWidth > 0)
+  .map(img => [img.naturalWidth, img.getBoundingClientRect().width])"""
+
+
+@pytest.mark.parametrize("name", CHAPTER_PAGES)
+def test_figures_stay_sharp_on_high_density_screens(pages, name):
+    sizes = pages[name].page.evaluate(FIGURE_SIZES_JS)
+    assert sizes, f"{name}: no figure found"
+    # a screen with 2 device pixels per CSS pixel needs twice the pixels (1 pixel of rounding)
+    blurry = [(pixels, shown) for pixels, shown in sizes if pixels < 2 * shown - 1]
+    assert blurry == [], f"{name}: figures with fewer than 2 pixels per CSS pixel: {blurry}"
+
+
 # Text outside code, scripts and typeset math: what a reader sees as prose.
 VISIBLE_PROSE_JS = """() => {
   const walker = document.createTreeWalker(document.querySelector('main') || document.body,

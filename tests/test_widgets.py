@@ -1,9 +1,11 @@
+import struct
+
 import ipywidgets as widgets
 import pytest
 from ipywidgets.widgets.widget import _instances
 from ipywidgets.widgets.widget_link import Link
 
-from toycore.plots import figure
+from toycore.plots import PIXEL_RATIO, figure, to_png
 from toycore.widgets import live_explorer, precomputed_explorer
 
 
@@ -56,3 +58,11 @@ def test_live_explorer_draws_at_once_and_on_demand_into_an_image():
     assert seen == [(2, "a"), (4, "a")] and image.value != first
     with pytest.raises(ValueError, match="cannot make a control for 'n'"):
         live_explorer(function, n=object())
+
+
+def test_figures_carry_twice_the_pixels_of_the_size_they_are_shown_at():
+    png, (width, height) = to_png(_render(a=1))
+    assert (width, height) == (420, 320)  # 4.2 x 3.2 inches at 100 CSS pixels per inch
+    assert PIXEL_RATIO == 2 and struct.unpack(">II", png[16:24]) == (840, 640)
+    frame = precomputed_explorer(_render, a=[1, 2]).children[1].children[0]
+    assert frame.layout.width == "420px" and frame.layout.max_width == "100%"

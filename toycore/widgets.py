@@ -19,7 +19,17 @@ from .plots import to_png
 
 
 def _image(fig):
-    return widgets.Image(value=to_png(fig), format="png", layout=widgets.Layout(width="auto"))
+    image = widgets.Image(format="png")
+    _draw(image, fig)
+    return image
+
+
+def _draw(image, fig):
+    """Show ``fig`` in ``image`` at its CSS size (the PNG has PIXEL_RATIO times the pixels), or
+    narrower on a narrow screen."""
+    png, (width, _) = to_png(fig)
+    image.value = png
+    image.layout.width, image.layout.max_width, image.layout.height = f"{width}px", "100%", "auto"
 
 
 def precomputed_explorer(render, **axes):
@@ -75,14 +85,14 @@ def live_explorer(function, **controls):
             raise ValueError(f"cannot make a control for {name!r} from {abbreviation!r}")
         control.description = name
         inputs[name] = control
-    image = widgets.Image(format="png", layout=widgets.Layout(width="auto"))
+    image = widgets.Image(format="png")
     button = widgets.Button(description="Run")
 
     def run(_=None):
         fig = function(**{name: control.value for name, control in inputs.items()})
         if not isinstance(fig, Figure):
             raise TypeError(f"live_explorer's function must return a Figure; got {type(fig)}")
-        image.value = to_png(fig)
+        _draw(image, fig)
 
     button.on_click(run)
     run()

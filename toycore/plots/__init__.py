@@ -1,13 +1,13 @@
 """One plotting style for the whole book, and helpers to turn figures into PNG bytes."""
 
 import io
+import struct
 
 import matplotlib
 import matplotlib.pyplot as plt
 
 STYLE = {
-    "figure.dpi": 100,
-    "savefig.dpi": 100,
+    "figure.dpi": 100,  # CSS pixels per inch: the size a figure is shown at
     "font.size": 10,
     "axes.titlesize": 10,
     "axes.labelsize": 10,
@@ -33,18 +33,33 @@ def figure(ncols=1, nrows=1, width=4.2, height=3.2, **kwargs):
     )
 
 
+# Figures are rendered with this many pixels per CSS pixel and shown at their CSS size, so that
+# they stay sharp on high-density screens (most phones and laptops have 2 or more).
+PIXEL_RATIO = 2
+
+
 def show(fig):
-    """Display ``fig`` once and close it, so that Jupyter does not also show it at the cell's
-    end."""
-    from IPython.display import display
+    """Display ``fig`` once, sharp on high-density screens, and close it, so that Jupyter does
+    not also show it at the cell's end."""
+    from IPython.display import Image, display
 
-    display(fig)
-    plt.close(fig)
+    png, (width, height) = to_png(fig, tight=True)
+    display(Image(data=png, format="png", width=width, height=height))
 
 
-def to_png(fig):
-    """The figure as PNG bytes; the figure is closed so that it is not also shown inline."""
+def to_png(fig, tight=False):
+    """The figure as PNG bytes at PIXEL_RATIO times its resolution, and the (width, height) in
+    CSS pixels to show it at; the figure is closed, so that it is not also shown inline.
+    tight: crop to the drawn area, as Jupyter's inline figures are (explorer frames are not
+    cropped, so that they keep one size from frame to frame)."""
     buffer = io.BytesIO()
-    fig.savefig(buffer, format="png")
+    fig.savefig(
+        buffer,
+        format="png",
+        dpi=fig.dpi * PIXEL_RATIO,
+        bbox_inches="tight" if tight else None,
+    )
     plt.close(fig)
-    return buffer.getvalue()
+    png = buffer.getvalue()
+    width, height = struct.unpack(">II", png[16:24])  # the IHDR chunk: the size in pixels
+    return png, (round(width / PIXEL_RATIO), round(height / PIXEL_RATIO))

@@ -3,55 +3,103 @@ import json
 import pytest
 
 from toycore import cache, profiles
-from toycore.claims import Ledger, load_ledgers, unexpected_verdicts
+from toycore.claims import Ledger, LedgerTable, load_ledgers, unexpected_verdicts
 
 
 def test_ledger_verdicts_and_record(tmp_path, monkeypatch):
     monkeypatch.setenv("TOYCORE_BUILD_DIR", str(tmp_path))
     ledger = Ledger("99_example", "ci")
-    assert ledger.check("a", "close", "§1", 1.0, 1.05, 0.1)["passed"]
-    assert not ledger.check("b", "too far", "§1", 1.0, 1.2, 0.1)["passed"]
-    assert ledger.check("c", "relative", "§2", 100.0, 104.0, 0.05, compare="rel")["passed"]
-    assert not ledger.check("d", "upper bound", "§2", 0.0, 2e-6, 1e-6, compare="le")["passed"]
-    assert ledger.check("e", "lower bound", "§3", 0.01, 0.5, 0.0, compare="ge", spread=0.1)[
+    assert ledger.close_to("a", "close", "§1", expected=1.0, measured=1.05, tolerance=0.1)["passed"]
+    assert not ledger.close_to("b", "too far", "§1", expected=1.0, measured=1.2, tolerance=0.1)[
         "passed"
     ]
+    relative = ledger.close_to(
+        "c", "relative", "§2", expected=100.0, measured=104.0, tolerance=0.05, relative=True
+    )
+    assert relative["passed"] and relative["compare"] == "rel"
+    assert not ledger.at_most("d", "upper bound", "§2", measured=2e-6, bound=1e-6)["passed"]
+    lower = ledger.at_least("e", "lower bound", "§3", measured=0.5, bound=0.01, spread=0.1)
+    assert lower["passed"] and (lower["expected"], lower["tolerance"]) == (0.01, 0.0)
+    assert ledger.equal("f", "a count", "§4", expected=3, measured=3)["passed"]
+    assert not ledger.equal("g", "a count", "§4", expected=3, measured=3.001)["passed"]
+    assert ledger.at_most("h", "at the bound", "§5", measured=1.0, bound=1.0)["passed"]
+    assert not ledger.at_least("i", "below", "§5", measured=0.99, bound=1.0)["passed"]
     assert not ledger.all_passed
     path = ledger.save()
     assert path == tmp_path / "claims" / "99_example.json"
     rows = json.loads(path.read_text())
-    assert [r["id"] for r in rows] == list("abcde")
-    for key in ("id", "claim", "source", "expected", "measured", "tolerance", "passed", "profile"):
+    assert [r["id"] for r in rows] == list("abcdefghi")
+    for key in (
+        "id",
+        "claim",
+        "source",
+        "expected",
+        "measured",
+        "tolerance",
+        "compare",
+        "passed",
+        "profile",
+    ):
         assert all(key in r for r in rows)
     assert rows[0]["profile"] == "ci" and rows[4]["spread"] == 0.1
     assert load_ledgers(tmp_path / "claims") == {"99_example": rows}
     html = ledger.table()._repr_html_()
-    assert "3 of 5 reproduce" in html and html.count("does not reproduce") == 2
+    assert "5 of 9 reproduce" in html and html.count("does not reproduce") == 4
+    assert "≤ 1e-06" in html and "≥ 0.01" in html
     assert "0 of 1 reproduce" in ledger.table("b")._repr_html_()
+
+
+def test_a_bound_recorded_with_a_tolerance_shows_the_bound_it_checked():
+    row = dict(
+        id="x",
+        claim="c",
+        source="s",
+        expected=0.0,
+        measured=0.5,
+        tolerance=1.0,
+        compare="le",
+        passed=True,
+        spread=None,
+        note="",
+        known_failure=False,
+        profile="ci",
+        chapter="x",
+    )
+    assert "<td>≤ 1</td>" in LedgerTable([row])._repr_html_()
 
 
 def test_known_failures_keep_their_computed_verdict():
     ledger = Ledger("x", "ci")
-    ledger.check("a", "holds", "s", 1.0, 1.0, 0.0)
-    row = ledger.check("b", "shown not to hold", "s", 1.0, 3.0, 0.5, known_failure=True)
+    ledger.equal("a", "holds", "s", expected=1.0, measured=1.0)
+    row = ledger.close_to(
+        "b",
+        "shown not to hold",
+        "s",
+        expected=1.0,
+        measured=3.0,
+        tolerance=0.5,
+        known_failure=True,
+    )
     assert not row["passed"] and row["known_failure"]
     assert not ledger.all_passed and unexpected_verdicts(ledger.rows) == []
     assert "explained in the chapter" in ledger.table("b")._repr_html_()
-    ledger.check("c", "said not to hold, but does", "s", 1.0, 1.0, 0.0, known_failure=True)
+    ledger.equal(
+        "c", "said not to hold, but does", "s", expected=1.0, measured=1.0, known_failure=True
+    )
     assert unexpected_verdicts(ledger.rows) == ["c"]
 
 
 def test_ledger_rejects_bad_rows():
     ledger = Ledger("x", "ci")
-    ledger.check("a", "c", "s", 1, 1, 0)
+    ledger.equal("a", "c", "s", expected=1, measured=1)
     with pytest.raises(ValueError, match="duplicate"):
-        ledger.check("a", "c", "s", 1, 1, 0)
-    with pytest.raises(ValueError, match="compare"):
-        ledger.check("b", "c", "s", 1, 1, 0, compare="approx")
+        ledger.equal("a", "c", "s", expected=1, measured=1)
+    with pytest.raises(TypeError):  # the numbers are named, never positional
+        ledger.close_to("b", "c", "s", 1, 1, 0)
     with pytest.raises(ValueError, match="NaN"):
-        ledger.check("b", "c", "s", 1, float("nan"), 0)
+        ledger.equal("b", "c", "s", expected=1, measured=float("nan"))
     with pytest.raises(ValueError, match="tolerance"):
-        ledger.check("b", "c", "s", 1, 1, -1)
+        ledger.close_to("b", "c", "s", expected=1, measured=1, tolerance=-1)
 
 
 def test_profiles(monkeypatch):

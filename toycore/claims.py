@@ -1,9 +1,19 @@
 """The claims ledger: every chapter ends with a table of the source's claims and ours.
 
-``Ledger(chapter, profile)`` collects rows; ``ledger.check(...)`` adds one, computing the verdict
-from the numbers (never set by hand); ``ledger.save()`` writes ``<build>/claims/<chapter>.json``
-(a list of objects with id, claim, source, expected, measured, tolerance, passed, profile, ...)
-and ``ledger.table()`` renders the HTML table shown in the chapter.
+``Ledger(chapter, profile)`` collects rows, one per claim, each stated in one of four forms
+whose verdict is computed from the numbers (never set by hand)::
+
+    ledger.close_to(id, claim, source, expected=..., measured=..., tolerance=...)
+    ledger.close_to(..., relative=True)        # |measured - expected| <= tolerance |expected|
+    ledger.at_most(id, claim, source, measured=..., bound=...)
+    ledger.at_least(id, claim, source, measured=..., bound=...)
+    ledger.equal(id, claim, source, expected=..., measured=...)
+
+Each also takes ``spread=``, ``note=`` and ``known_failure=`` (see ``close_to``).
+``ledger.save()`` writes ``<build>/claims/<chapter>.json`` (a list of objects with id, claim,
+source, expected, measured, tolerance, compare, passed, profile, ...; a bound is stored as
+``expected`` with tolerance 0) and ``ledger.table()`` renders the HTML table shown in the
+chapter.
 """
 
 import html
@@ -14,11 +24,11 @@ from .paths import build_dir
 from .profiles import resolve_profile
 
 COMPARISONS = {
-    # name: (verdict, how the tolerance reads in the table)
-    "abs": (lambda m, e, t: abs(m - e) <= t, "± {t:.3g}"),
-    "rel": (lambda m, e, t: abs(m - e) <= t * abs(e), "± {t:.3g} relative"),
-    "le": (lambda m, e, t: m <= e + t, "≤ expected + {t:.3g}"),
-    "ge": (lambda m, e, t: m >= e - t, "≥ expected − {t:.3g}"),
+    # name: (verdict, the expected column, the tolerance column)
+    "abs": (lambda m, e, t: abs(m - e) <= t, "{e}", "± {t:.3g}"),
+    "rel": (lambda m, e, t: abs(m - e) <= t * abs(e), "{e}", "± {t:.3g} relative"),
+    "le": (lambda m, e, t: m <= e + t, "≤ {e}", "bound"),
+    "ge": (lambda m, e, t: m >= e - t, "≥ {e}", "bound"),
 }
 
 
@@ -33,20 +43,22 @@ class Ledger:
     def __init__(self, chapter, profile=None):
         self.chapter, self.profile, self.rows = chapter, resolve_profile(profile), []
 
-    def check(
+    def close_to(
         self,
         id,
         claim,
         source,
+        *,
         expected,
         measured,
         tolerance,
-        compare="abs",
+        relative=False,
         spread=None,
         note="",
         known_failure=False,
     ):
-        """Add a row; ``compare`` says how measured must relate to expected (see COMPARISONS).
+        """A claim that ``measured`` is ``expected`` within ``tolerance`` (a fraction of
+        ``expected`` when ``relative``).
 
         spread: the standard deviation over seeds, shown next to ``measured`` when given.
         note: what a reader needs to judge the row (sizes, seeds, why it deviates).
@@ -54,8 +66,34 @@ class Ledger:
             reproduce. The verdict is still computed; the tests flag a known failure that starts
             passing as firmly as a new failure.
         """
-        if compare not in COMPARISONS:
-            raise ValueError(f"compare must be one of {', '.join(COMPARISONS)}; got {compare!r}")
+        compare = "rel" if relative else "abs"
+        return self._add(
+            id, claim, source, expected, measured, tolerance, compare, spread, note, known_failure
+        )
+
+    def at_most(
+        self, id, claim, source, *, measured, bound, spread=None, note="", known_failure=False
+    ):
+        """A claim that ``measured`` <= ``bound``."""
+        return self._add(id, claim, source, bound, measured, 0.0, "le", spread, note, known_failure)
+
+    def at_least(
+        self, id, claim, source, *, measured, bound, spread=None, note="", known_failure=False
+    ):
+        """A claim that ``measured`` >= ``bound``."""
+        return self._add(id, claim, source, bound, measured, 0.0, "ge", spread, note, known_failure)
+
+    def equal(
+        self, id, claim, source, *, expected, measured, spread=None, note="", known_failure=False
+    ):
+        """A claim that ``measured`` is exactly ``expected`` (a count, a rank)."""
+        return self._add(
+            id, claim, source, expected, measured, 0.0, "abs", spread, note, known_failure
+        )
+
+    def _add(
+        self, id, claim, source, expected, measured, tolerance, compare, spread, note, known_failure
+    ):
         if any(row["id"] == id for row in self.rows):
             raise ValueError(f"duplicate claim id {id!r}")
         expected, measured = _number("expected", expected), _number("measured", measured)
@@ -123,10 +161,16 @@ class LedgerTable:
             if r.get("known_failure") and not r["passed"]:
                 verdict += "<br><small>(explained in the chapter)</small>"
             note = f"<br><small>{html.escape(r['note'])}</small>" if r["note"] else ""
-            tolerance = COMPARISONS[r["compare"]][1].format(t=r["tolerance"])
+            _, expected, tolerance = COMPARISONS[r["compare"]]
+            if r["compare"] in ("le", "ge"):  # a bound; older records kept a tolerance on it
+                shift = r["tolerance"] if r["compare"] == "le" else -r["tolerance"]
+                expected = expected.format(e=_format(r["expected"] + shift))
+            else:
+                expected = expected.format(e=_format(r["expected"]))
+            tolerance = tolerance.format(t=r["tolerance"])
             body.append(
                 f"<tr><td>{html.escape(r['claim'])}{note}</td><td>{html.escape(r['source'])}</td>"
-                f"<td>{_format(r['expected'])}</td><td>{measured}</td><td>{tolerance}</td>"
+                f"<td>{expected}</td><td>{measured}</td><td>{tolerance}</td>"
                 f"<td>{verdict}</td></tr>"
             )
         passed = sum(r["passed"] for r in self.rows)

@@ -27,8 +27,8 @@ COMPARISONS = {
     # name: (verdict, the expected column, the tolerance column)
     "abs": (lambda m, e, t: abs(m - e) <= t, "{e}", "± {t:.3g}"),
     "rel": (lambda m, e, t: abs(m - e) <= t * abs(e), "{e}", "± {t:.3g} relative"),
-    "le": (lambda m, e, t: m <= e + t, "≤ {e}", "bound"),
-    "ge": (lambda m, e, t: m >= e - t, "≥ {e}", "bound"),
+    "le": (lambda m, e, t: m <= e + t, "≤ {e}", "—"),
+    "ge": (lambda m, e, t: m >= e - t, "≥ {e}", "—"),
 }
 
 

@@ -46,6 +46,9 @@ def test_chapter_pages_have_figures_widgets_and_no_errors(built):
         # papermill's injected parameters stay out of the page; the chapter's own cell shows
         assert "# Parameters" not in soup.get_text() and "profile = None" in soup.get_text()
         assert not re.search(r"\b(Error|Exception):", soup.get_text()), f"{stem}: error text"
+        # each chapter shows the model it trains, quoted from toycore
+        listings = [block.get_text() for block in soup.select(".literal-block-wrapper")]
+        assert any("toycore/models.py" in text and "def " in text for text in listings), stem
 
 
 def test_ledgers_are_written_pass_and_reach_the_intro(built):

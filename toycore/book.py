@@ -3,7 +3,8 @@
     python -m toycore.book --profile cpu        # what `make book` runs
 
 1. The book's sources (_config.yml, _toc.yml, intro.md, references.bib) are copied to
-   ``<build>/source``; each chapter in _toc.yml is executed by papermill with its ``profile``
+   ``<build>/source``, and toycore's modules beside them, which the chapters quote with
+   ``{literalinclude} /toycore/<module>.py``; each chapter in _toc.yml is executed by papermill with its ``profile``
    and ``device`` parameters into ``<build>/source/chapters/``. Committed notebooks are never
    written to. Chapters run side by side in worker processes (``--jobs``, default one per core
    on the CPU, one on a GPU), the longest of the last build first, and their sweeps' shards on
@@ -553,6 +554,13 @@ def build(profile=None, build_dir=None, log=print, device=None, jobs=None, only=
         (source / "chapters").mkdir(parents=True, exist_ok=True)
         for name in BOOK_FILES:
             shutil.copy2(REPO_ROOT / name, source / name)
+        # the chapters show the models they train with {literalinclude} /toycore/models.py
+        shutil.copytree(
+            REPO_ROOT / "toycore",
+            source / "toycore",
+            ignore=shutil.ignore_patterns("__pycache__", "*.yaml"),
+            dirs_exist_ok=True,
+        )
         set_repository(source / "_config.yml", github)
         if render:
             try:

@@ -4,6 +4,7 @@ import pytest
 
 from toycore import cache, profiles
 from toycore.claims import Ledger, LedgerTable, load_ledgers, unexpected_verdicts
+from toycore.experiments import hidden_noise, linear, persian_rug, polysemantic, relu
 
 
 def test_ledger_verdicts_and_record(tmp_path, monkeypatch):
@@ -114,6 +115,15 @@ def test_profiles(monkeypatch):
     assert chosen.n == 1 and chosen.profile == "ci"
     with pytest.raises(ValueError, match="missing"):
         profiles.select("ci", ci=dict(n=1), cpu=dict(n=2))
+    nested = profiles.select("cpu", ci={}, cpu=dict(flow=dict(n=4, grid=dict(m=8))), paper={})
+    assert nested.flow.n == 4 and nested.flow.grid.m == 8
+
+
+@pytest.mark.parametrize("chapter", [linear, relu, polysemantic, hidden_noise, persian_rug])
+def test_every_chapter_has_sizes_for_every_profile(chapter):
+    for name in profiles.PROFILES:
+        chosen = chapter.sizes(name)
+        assert chosen.profile == name and len(vars(chosen)) > 2
 
 
 calls = []

@@ -4,13 +4,13 @@
 
 1. The book's sources (_config.yml, _toc.yml, intro.md, references.bib) are copied to
    ``<build>/source``, and toycore's modules beside them, which the chapters quote with
-   ``{literalinclude} /toycore/<module>.py``; each chapter in _toc.yml is executed by papermill with its ``profile``
-   and ``device`` parameters into ``<build>/source/chapters/``. Committed notebooks are never
-   written to. Chapters run side by side in worker processes (``--jobs``, default one per core
-   on the CPU, one on a GPU), the longest of the last build first, and their sweeps' shards on
-   a local Dask cluster of as many workers; each process has an equal share of the cores as
-   torch threads (one each on two cores: two processes with one thread each do not slow each
-   other there, with two threads each they did, 3.5x).
+   ``{literalinclude} /toycore/<module>.py``; each chapter in _toc.yml is executed by papermill
+   with its ``profile`` and ``device`` parameters into ``<build>/source/chapters/``. Committed
+   notebooks are never written to. Chapters run side by side in worker processes (``--jobs``,
+   default one per core on the CPU, one on a GPU), the longest of the last build first, and
+   their sweeps' shards on a local Dask cluster of as many workers; each process has an equal
+   share of the cores as torch threads (one each on two cores: two processes with one thread
+   each do not slow each other there, with two threads each they did, 3.5x).
 2. Expensive results go through ``toycore.cache``, so re-executing with nothing changed is quick.
 3. The chapters' claims ledgers (``<build>/claims/*.json``) are summarised into the intro page,
    beside the paper profile's recorded verdicts (``toycore.records``); a ``paper`` build

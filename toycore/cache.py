@@ -66,6 +66,7 @@ OUTSIDE_KEY = {
     "plots",
     "widgets.py",
     "claims.py",
+    "sizes.py",
     "book.py",
     "offline.py",
     "progress.py",

@@ -25,8 +25,9 @@ def resolve_profile(profile=None):
 
 
 def select(profile, **settings_by_profile):
-    """The settings for ``profile`` as attributes, e.g.
-    ``select(None, ci=dict(n=4), cpu=..., paper=...)``.
+    """The settings for ``profile`` as attributes, nested dicts as nested attributes, e.g.
+    ``select(None, ci=dict(n=4), cpu=..., paper=...)``; the chapters' tables are in
+    ``toycore.sizes``.
 
     Every profile must be given, so that no chapter silently lacks a size for one of them.
     """
@@ -38,4 +39,12 @@ def select(profile, **settings_by_profile):
             f"settings needed for exactly the profiles {PROFILES}; "
             f"missing {missing}, unknown {unknown}"
         )
-    return SimpleNamespace(profile=profile, **settings_by_profile[profile])
+    return SimpleNamespace(profile=profile, **_attributes(settings_by_profile[profile]))
+
+
+def _attributes(settings):
+    """Nested dicts as nested namespaces: ``flow=dict(n=4)`` reads ``P.flow.n``."""
+    return {
+        name: SimpleNamespace(**_attributes(value)) if isinstance(value, dict) else value
+        for name, value in settings.items()
+    }

@@ -19,7 +19,9 @@ from ..checks import check_choice, check_range, check_seeds, check_size
 from ..devices import to_host
 from ..models import TiedBasisAutoencoder, tied_basis_reference_loss
 from ..noise import STANDARD_MOMENTS, check_noise, standard_noise
+from ..profiles import select
 from ..seeding import generator
+from ..sizes import HIDDEN_NOISE
 from ..theory import hidden_noise as th
 from ..theory.polysemantic import count_polysemantic
 from ..train import record_steps, train
@@ -29,6 +31,12 @@ METRICS = {
     "fourth": lambda model: th.fourth_norms(model.W),
     "squared": lambda model: th.squared_norms(model.W),
 }
+
+
+def sizes(profile=None):
+    """This chapter's sizes in ``profile`` (default: ``$TOYCORE_PROFILE``, else ``cpu``), from
+    ``toycore.sizes.HIDDEN_NOISE``, as nested attributes."""
+    return select(profile, **HIDDEN_NOISE)
 
 
 def _run(model, *, steps, lr, records, desc):

@@ -14,12 +14,20 @@ import torch
 from ..cache import cached
 from ..data import SparseUniform, sparse_moments
 from ..models import LinearAutoencoder, TiedLinear
+from ..profiles import select
 from ..seeding import generator
+from ..sizes import LINEAR
 from ..theory import linear as th
 from ..train import train
 
 DTYPE = torch.float64
 DEVICE = torch.device("cpu")
+
+
+def sizes(profile=None):
+    """This chapter's sizes in ``profile`` (default: ``$TOYCORE_PROFILE``, else ``cpu``), from
+    ``toycore.sizes.LINEAR``, as nested attributes."""
+    return select(profile, **LINEAR)
 
 
 def dataset(features, sparsity, samples, seeds):

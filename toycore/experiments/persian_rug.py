@@ -19,11 +19,19 @@ from ..checks import check_choice, check_seeds, check_size
 from ..data import SparseUniform, prefetch_for
 from ..devices import to_host
 from ..models import OUTPUTS, UntiedAutoencoder
+from ..profiles import select
+from ..sizes import PERSIAN_RUG
 from ..theory import persian_rug as th
 from ..train import train_until_converged
 
 BATCH = 1024
 EVAL_SAMPLES = 16_384
+
+
+def sizes(profile=None):
+    """This chapter's sizes in ``profile`` (default: ``$TOYCORE_PROFILE``, else ``cpu``), from
+    ``toycore.sizes.PERSIAN_RUG``, as nested attributes."""
+    return select(profile, **PERSIAN_RUG)
 
 
 def learning_rate(features):

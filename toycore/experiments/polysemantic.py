@@ -17,7 +17,9 @@ from ..cache import cached
 from ..checks import check_range, check_seeds, check_size
 from ..devices import to_host
 from ..models import TiedBasisAutoencoder
+from ..profiles import select
 from ..seeding import generator
+from ..sizes import POLYSEMANTIC
 from ..theory import polysemantic as th
 from ..train import record_steps, train
 
@@ -25,6 +27,12 @@ DTYPE = torch.float64
 
 
 # --- the sparsification ODE without interference ----------------------------------------------
+
+
+def sizes(profile=None):
+    """This chapter's sizes in ``profile`` (default: ``$TOYCORE_PROFILE``, else ``cpu``), from
+    ``toycore.sizes.POLYSEMANTIC``, as nested attributes."""
+    return select(profile, **POLYSEMANTIC)
 
 
 def initial_encoding(hidden, seed, std_scale=0.9):

@@ -15,12 +15,20 @@ from ..cache import cached
 from ..checks import check_range, check_size
 from ..data import SparseUniform, prefetch_for
 from ..models import ToyModel, toy_sample_loss
+from ..profiles import select
 from ..seeding import generator
+from ..sizes import RELU
 from ..theory import relu as th
 from ..train import train
 
 DTYPE = torch.float64
 REPRESENTED = 0.5  # a feature counts as represented when |W_i| > 0.5, as in Elhage et al.
+
+
+def sizes(profile=None):
+    """This chapter's sizes in ``profile`` (default: ``$TOYCORE_PROFILE``, else ``cpu``), from
+    ``toycore.sizes.RELU``, as nested attributes."""
+    return select(profile, **RELU)
 
 
 def importance_profile(features, decay):

@@ -1,0 +1,211 @@
+"""Every chapter's sizes in each profile (see ``toycore.profiles``): ``ci`` for the tests,
+``cpu`` for a laptop, ``paper`` for the texts' own sizes on a GPU.
+
+A chapter reads its table with ``P = ex.sizes(profile)``: nested dicts become nested
+attributes (``P.flow.n``). The tables sit outside the cache key: a size reaches a computation
+only as an argument, and arguments are part of each result's key.
+"""
+
+import numpy as np
+
+# Chapter 1: linear autoencoders (the text's D features, d hidden, sparsity S, T samples).
+LINEAR = dict(
+    ci=dict(
+        D=5,  # features
+        d=2,  # hidden dimensions
+        S=0.8,  # sparsity: each feature is zero with probability S
+        T=64,  # samples in the fixed data set
+        seeds=range(3),
+        steps=3000,  # full-batch gradient descent steps
+        lr=1.0,
+        moment_samples=4096,  # samples per seed for the moments of section 1
+        spectrum_T=[256, 1024, 4096, 16384],  # data set sizes at which Σ's spectrum splits
+        census=(4, 2),  # (D, d) at which every critical point is enumerated
+        flow_time=50.0,  # how long the gradient flows run
+        explorer=dict(features=6, hidden=(1, 2), sparsities=(0.5, 0.9), steps=600),
+    ),
+    cpu=dict(
+        D=8,
+        d=3,
+        S=0.8,
+        T=256,
+        seeds=range(8),
+        steps=10000,
+        lr=1.0,
+        moment_samples=16384,
+        spectrum_T=[256, 1024, 4096, 16384, 65536],
+        census=(6, 3),
+        flow_time=200.0,
+        explorer=dict(
+            features=8,
+            hidden=(1, 2, 3, 4),
+            sparsities=(0.0, 0.5, 0.8, 0.9, 0.95, 0.99),
+            steps=3000,
+        ),
+    ),
+    paper=dict(
+        D=16,
+        d=4,
+        S=0.9,
+        T=1024,
+        seeds=range(16),
+        steps=100000,
+        lr=2.0,
+        moment_samples=65536,
+        spectrum_T=[256, 1024, 4096, 16384, 65536, 262144],
+        census=(7, 3),
+        flow_time=1000.0,
+        explorer=dict(
+            features=12,
+            hidden=(1, 2, 3, 4, 6),
+            sparsities=(0.0, 0.5, 0.8, 0.9, 0.95, 0.99),
+            steps=10000,
+        ),
+    ),
+)
+
+# Chapter 2: the ReLU output model (Elhage et al.'s n features in m dimensions).
+RELU = dict(
+    ci=dict(
+        seeds=range(2),
+        steps=1500,  # AdamW steps of the classic pictures
+        lr=1e-2,
+        classic_density=[1.0, 0.22, 0.05],  # 1 - S of the n=5, m=2 pictures
+        # the sweep over sparsity: importance decay^i, 1 - S from dense to sparse
+        wide=dict(n=12, m=3, decay=0.7, density=[1.0, 0.1, 0.003], steps=3000),
+        # learned directions against the best of `restarts` packings, per (n, m) in shapes
+        packing=dict(shapes=[(5, 2)], S=0.95, restarts=16, steps=1000),
+        samples=4096,  # Monte Carlo samples per term of the pattern expansion
+    ),
+    cpu=dict(
+        seeds=range(4),
+        steps=5000,
+        lr=3e-3,
+        classic_density=list(20 ** -np.linspace(0, 1, 7)),
+        wide=dict(n=20, m=5, decay=0.7, steps=5000, density=[1, 0.3, 0.1, 0.03, 0.01, 0.003]),
+        packing=dict(shapes=[(5, 2), (7, 3), (8, 3), (10, 3)], S=0.95, restarts=64, steps=2000),
+        samples=16384,
+    ),
+    paper=dict(
+        seeds=range(8),
+        steps=10000,
+        lr=1e-3,
+        classic_density=list(20 ** -np.linspace(0, 1, 10)),
+        wide=dict(
+            n=20, m=5, decay=0.7, density=[1, 0.3, 0.1, 0.03, 0.01, 0.003, 0.001], steps=10000
+        ),
+        packing=dict(
+            shapes=[(5, 2), (7, 3), (8, 3), (10, 3), (12, 4), (16, 5)],
+            S=0.95,
+            restarts=256,
+            steps=4000,
+        ),
+        samples=65536,
+    ),
+)
+
+# Chapter 3: incidental polysemanticity (n features, m neurons, l1 strength λ).
+POLYSEMANTIC = dict(
+    ci=dict(
+        ode_seeds=range(2),  # seeds of the one-encoding ODE of Figure 2
+        # gradient descent standing in for the gradient flow: the threshold and the overlaps
+        flow=dict(n=32, m=128, seeds=range(4), l1=0.01, steps=4000, lr=0.05),
+        law=dict(n=64, ms=[64, 128, 256], seeds=range(8), steps=7500),  # Figure 3's sweep over m
+        split=dict(seeds=range(8), steps=6000),  # section 5's proposed fix
+        explorer=dict(n=16, ms=[16, 32], l1s=[1e-3, 1e-2], steps=3000),
+    ),
+    cpu=dict(
+        ode_seeds=range(4),
+        flow=dict(n=64, m=256, seeds=range(16), l1=0.01, steps=4000, lr=0.05),
+        law=dict(n=64, ms=[64, 128, 256, 512, 1024], seeds=range(16), steps=7500),
+        split=dict(seeds=range(16), steps=10000),
+        explorer=dict(n=32, ms=[32, 64, 128], l1s=[3e-4, 1e-3, 3e-3, 1e-2], steps=7500),
+    ),
+    paper=dict(
+        ode_seeds=range(8),
+        flow=dict(n=128, m=512, seeds=range(16), l1=0.01, steps=4000, lr=0.05),
+        law=dict(n=256, ms=[256, 512, 1024, 2048, 4096], seeds=range(16), steps=7500),
+        split=dict(seeds=range(16), steps=10000),
+        explorer=dict(n=32, ms=[32, 64, 128], l1s=[3e-4, 1e-3, 3e-3, 1e-2], steps=7500),
+    ),
+)
+
+# Chapter 4: sparsity from noise (the authors' n = 8, m = 16 and SGD lr 0.02 in every profile).
+HIDDEN_NOISE = dict(
+    ci=dict(
+        sigmas=[0.1, 0.2],  # noise strengths of Figure 4
+        seeds=range(2),
+        steps=15_000,  # SGD steps of Figures 4 and 5
+        l1s=[1e-5, 1e-3, 1.0, 2.0],  # Figure 5's l1 side
+        sweep_sigmas=[0.02, 0.1, 0.15, 0.5],  # Figure 5's noise side
+        sweep_seeds=range(2),
+        fig6_sigma=0.15,  # Figure 6's single run
+        fig6_steps=30_000,
+        samples=200_000,  # noise draws per (law, lr) in the kurtosis check of appendix C
+        lrs=[0.001, 0.02],
+        compare_seeds=range(4),  # l1 and noise together
+    ),
+    cpu=dict(
+        sigmas=[0.07, 0.1, 0.15],
+        seeds=range(5),
+        steps=100_000,
+        l1s=[1e-5, 1e-4, 1e-3, 1e-2, 0.1, 0.3, 1.0, 2.0],
+        sweep_sigmas=[0.02, 0.05, 0.07, 0.085, 0.1, 0.12, 0.15, 0.2, 0.3, 0.5],
+        sweep_seeds=range(4),
+        fig6_sigma=0.1,
+        fig6_steps=100_000,
+        samples=500_000,
+        lrs=[0.001, 0.003, 0.01, 0.02],
+        compare_seeds=range(16),
+    ),
+    paper=dict(
+        sigmas=[0.07, 0.1, 0.15],
+        seeds=range(5),
+        steps=100_000,
+        l1s=[1e-5, 1e-4, 1e-3, 1e-2, 0.1, 0.3, 1.0, 2.0],
+        sweep_sigmas=[0.02, 0.05, 0.07, 0.085, 0.1, 0.12, 0.15, 0.2, 0.3, 0.5],
+        sweep_seeds=range(5),
+        fig6_sigma=0.1,
+        fig6_steps=1_000_000,
+        samples=2_000_000,
+        lrs=[0.001, 0.003, 0.01, 0.02],
+        compare_seeds=range(64),
+    ),
+)
+
+# Chapter 5: the Persian rug (ns sparse features, nd = ratio ns dense, density p).
+PERSIAN_RUG = dict(
+    ci=dict(
+        sizes=[32, 128],  # ns of the training grids
+        densities=[0.01, 0.3],  # p of the grids
+        ratios=[0.1, 0.25, 0.8],  # nd/ns of the grids
+        max_steps=45_000,  # the cap on a run the stopping rule has not ended
+        long_steps=8000,  # the fixed-length runs that test the stopping rule at small p
+        sweep_sizes=[128, 256],  # ns of the sweep at p = 0.045, nd/ns = 0.25
+        sweep_seeds=[0],
+        linear_features=32,  # ns of the linear baseline
+        rug_features=256,  # ns of the live rug in the explorer
+    ),
+    cpu=dict(
+        sizes=[32, 64, 128],
+        densities=[0.01, 0.05, 0.2, 0.5],
+        ratios=[0.05, 0.1, 0.25, 0.4, 0.6, 0.8],
+        max_steps=45_000,
+        long_steps=20_000,
+        sweep_sizes=[64, 128, 256, 512],
+        sweep_seeds=[0, 1],
+        linear_features=64,
+        rug_features=1024,
+    ),
+    paper=dict(
+        sizes=[128, 512, 2048],
+        densities=[0.001, 0.01, 0.05, 0.1, 0.2, 0.4, 0.6],
+        ratios=[0.02, 0.05, 0.1, 0.2, 0.3, 0.4, 0.6, 0.8],
+        max_steps=45_000,
+        long_steps=100_000,
+        sweep_sizes=[128, 256, 512, 1024, 2048],
+        sweep_seeds=[0, 1, 2],
+        linear_features=512,
+        rug_features=8192,
+    ),
+)

@@ -1,6 +1,8 @@
 """Synthetic data sets, batched over instances: shapes are (instances, batch, features)."""
 
 import torch
+from jaxtyping import Float
+from torch import Tensor
 
 from . import devices
 from .checks import check_probability, check_range, check_seeds, check_size
@@ -56,7 +58,7 @@ class SparseUniform:
         self._stock = [None] * len(self.seeds)  # per instance: (prefetch, batch, features)
         self._left = [0] * len(self.seeds)  # batches of its stock an instance has not had
 
-    def sample(self, batch, instances=None):
+    def sample(self, batch, instances=None) -> Float[Tensor, "instances batch features"]:
         """A fresh batch, shape (instances, batch, features); ``instances``: the indices of the
         instances to draw for (default all), the others' streams stay where they are."""
         check_size("batch", batch)
@@ -91,7 +93,9 @@ def prefetch_for(instances, batch, features, budget=2**24):
     return max(1, budget // (instances * batch * features))
 
 
-def basis_vectors(instances, features, device=None, dtype=torch.float32):
+def basis_vectors(
+    instances, features, device=None, dtype=torch.float32
+) -> Float[Tensor, "instances features features"]:
     """The data set of all one-hot vectors e_1..e_n for each instance:
     (instances, features, features)."""
     check_size("instances", instances)

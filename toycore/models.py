@@ -5,10 +5,18 @@ Every model maps x of shape (instances, batch, features) to the same shape and h
 Summing that vector and calling backward gives each instance exactly the gradient it would get
 if trained alone. A model is built on ``device`` (default ``toycore.devices.current()``), its
 initial weights drawn there from each seed's own generator.
+
+Shapes are named in the annotations: ``instances`` (one per seed or grid point), ``batch``
+(samples), ``features`` (n, the data's dimension) and ``hidden`` (m, the bottleneck's). Each
+model's W is laid out as its text writes it, so that the formulas read the same here:
+ToyModel's W is (hidden, features), feature i's embedding the column W_i, as in Elhage et al.;
+TiedBasisAutoencoder's is (features, hidden), feature i's encoding the row W_i, as in Lecomte
+et al.
 """
 
 import torch
-from torch import nn
+from jaxtyping import Float
+from torch import Tensor, nn
 
 from . import devices
 from .checks import check_choice, check_per_instance, check_range, check_seeds, check_size
@@ -35,8 +43,12 @@ def _normal(seeds, shapes, std, dtype, device):
     return [torch.stack(draws) for draws in zip(*per_seed)]
 
 
-def reconstruction_loss(x, x_hat):
-    """Mean over the batch of ||x - x_hat||^2: (instances,)."""
+Batch = Float[Tensor, "instances batch features"]
+PerInstance = Float[Tensor, "instances"]
+
+
+def reconstruction_loss(x: Batch, x_hat: Batch) -> PerInstance:
+    """Mean over the batch of ||x - x_hat||^2."""
     return (x - x_hat).pow(2).sum(-1).mean(-1)
 
 
@@ -49,7 +61,7 @@ class Instances(nn.Module):
         self.seeds = check_seeds(seeds)
         self.features = check_size("features", features)
 
-    def check_inputs(self, x, instances=None):
+    def check_inputs(self, x: Batch, instances=None) -> Batch:
         """x itself; ``instances``: how many the weights in use hold, if not one per seed."""
         expected = (len(self.seeds) if instances is None else instances, self.features)
         if x.dim() != 3 or (x.shape[0], x.shape[-1]) != expected:
@@ -81,17 +93,20 @@ class LinearAutoencoder(Instances):
         A, B = _normal(
             self.seeds, [(features, hidden), (hidden, features)], std, dtype, _device(device)
         )
-        self.A, self.B = nn.Parameter(A), nn.Parameter(B)
+        self.A: Float[Tensor, "instances features hidden"] = nn.Parameter(A)
+        self.B: Float[Tensor, "instances hidden features"] = nn.Parameter(B)
 
-    def product(self):
-        """The end-to-end matrix A B: (instances, features, features)."""
+    def product(self) -> Float[Tensor, "instances features features"]:
+        """The end-to-end matrix A B."""
         return self.A @ self.B
 
-    def forward(self, x):
+    def forward(self, x: Batch) -> Batch:
+        # (instances, hidden, features) x (instances, batch, features) -> (instances, batch, hidden)
         hidden = torch.einsum("ihf,ibf->ibh", self.B, self.check_inputs(x))
+        # (instances, features, hidden) x (instances, batch, hidden) -> (instances, batch, features)
         return torch.einsum("ifh,ibh->ibf", self.A, hidden)
 
-    def loss(self, x):
+    def loss(self, x: Batch) -> PerInstance:
         return reconstruction_loss(x, self(x))
 
 
@@ -103,17 +118,19 @@ class TiedLinear(Instances):
         self.hidden = check_size("hidden", hidden, maximum=features)
         std = self.initial_std(init_std, features**-0.5)
         (W,) = _normal(self.seeds, [(hidden, features)], std, dtype, _device(device))
-        self.W = nn.Parameter(W)
+        self.W: Float[Tensor, "instances hidden features"] = nn.Parameter(W)
 
-    def product(self):
-        """The end-to-end matrix W^T W: (instances, features, features)."""
+    def product(self) -> Float[Tensor, "instances features features"]:
+        """The end-to-end matrix W^T W."""
         return self.W.transpose(-1, -2) @ self.W
 
-    def forward(self, x):
+    def forward(self, x: Batch) -> Batch:
+        # (instances, hidden, features) x (instances, batch, features) -> (instances, batch, hidden)
         hidden = torch.einsum("ihf,ibf->ibh", self.W, self.check_inputs(x))
+        # the same W read the other way: -> (instances, batch, features)
         return torch.einsum("ihf,ibh->ibf", self.W, hidden)
 
-    def loss(self, x):
+    def loss(self, x: Batch) -> PerInstance:
         return reconstruction_loss(x, self(x))
 
 
@@ -165,34 +182,48 @@ class ToyModel(Instances):
         )
         std = self.initial_std(init_std, (2 / (features + hidden)) ** 0.5)
         (W,) = _normal(self.seeds, [(hidden, features)], std, dtype, device)
-        self.W = nn.Parameter(W)
-        self.b = nn.Parameter(torch.zeros(len(self.seeds), features, dtype=dtype, device=device))
+        self.W: Float[Tensor, "instances hidden features"] = nn.Parameter(W)
+        b = torch.zeros(len(self.seeds), features, dtype=dtype, device=device)
+        self.b: Float[Tensor, "instances features"] = nn.Parameter(b)
 
-    def forward(self, x):
+    def forward(self, x: Batch) -> Batch:
         return toy_output(self.W, self.b, self.check_inputs(x), self.output)
 
-    def loss(self, x):
-        """Mean over the batch of Σ_i I_i (x_i - y_i)^2: (instances,)."""
+    def loss(self, x: Batch) -> PerInstance:
+        """Mean over the batch of Σ_i I_i (x_i - y_i)^2."""
         return toy_sample_loss(
             self.W, self.b, self.importance, self.check_inputs(x), self.output
         ).mean(-1)
 
 
-def toy_output(W, b, x, output="relu"):
-    """out(x Wᵀ W + b) for W (instances, hidden, features), b (instances, features) and
-    x (instances, batch, features)."""
-    # one matmul with Wᵀ W: for these small sizes it beats going through the hidden layer
+def toy_output(
+    W: Float[Tensor, "instances hidden features"],
+    b: Float[Tensor, "instances features"],
+    x: Batch,
+    output="relu",
+) -> Batch:
+    """out(x Wᵀ W + b), out = ReLU or identity."""
+    # one matmul with Wᵀ W (instances, features, features): for these small sizes it beats
+    # going through the hidden layer; b broadcasts over the batch as (instances, 1, features)
     pre = torch.baddbmm(b[:, None, :], x, W.transpose(-1, -2) @ W)
     return torch.relu(pre) if output == "relu" else pre
 
 
-def toy_sample_loss(W, b, importance, x, output="relu"):
-    """Σ_i I_i (x_i - y_i)^2 for each sample: (instances, batch)."""
+def toy_sample_loss(
+    W: Float[Tensor, "instances hidden features"],
+    b: Float[Tensor, "instances features"],
+    importance: Float[Tensor, "instances features"],
+    x: Batch,
+    output="relu",
+) -> Float[Tensor, "instances batch"]:
+    """Σ_i I_i (x_i - y_i)^2 for each sample."""
     return (importance[:, None, :] * (x - toy_output(W, b, x, output)).square()).sum(-1)
 
 
-def gram(W, blocks=4):
-    """G = W Wᵀ for W (instances, features, hidden), computing each off-diagonal block once.
+def gram(
+    W: Float[Tensor, "instances features hidden"], blocks=4
+) -> Float[Tensor, "instances features features"]:
+    """G = W Wᵀ, computing each off-diagonal block once.
 
     G is symmetric, so only the block rows' upper parts are multiplied and mirrored: at
     n = 256, m = 1024 this takes 0.8 of the time of one full product on 2 cores."""
@@ -208,9 +239,9 @@ def gram(W, blocks=4):
     return G
 
 
-def tied_basis_reconstruction(G):
+def tied_basis_reconstruction(G: Float[Tensor, "*instances features features"]):
     """The tied model's squared error summed over the n basis vectors, from G = W Wᵀ:
-    Σ_i (1 - G_ii)² + Σ_{i≠j} ReLU(G_ij)², (..., n, n) -> (...)."""
+    Σ_i (1 - G_ii)² + Σ_{i≠j} ReLU(G_ij)², one number per leading index."""
     diagonal = G.diagonal(dim1=-2, dim2=-1)
     interference = torch.relu(G).square().sum((-2, -1)) - diagonal.square().sum(-1)
     return (1 - diagonal).square().sum(-1) + interference
@@ -263,22 +294,22 @@ class TiedBasisAutoencoder(Instances):
         )
         std = self.initial_std(init_std, hidden**-0.5)
         (W,) = _normal(self.seeds, [(features, hidden)], std, dtype, device)
-        self.W = nn.Parameter(W)
+        self.W: Float[Tensor, "instances features hidden"] = nn.Parameter(W)
 
     @torch.no_grad()
-    def loss(self):
-        """The loss on the whole data set without noise: (instances,)."""
+    def loss(self) -> PerInstance:
+        """The loss on the whole data set without noise."""
         W = self.W
         return tied_basis_reconstruction(gram(W)) + self.l1 * W.abs().sum((-2, -1))
 
     @torch.no_grad()
-    def loss_and_grad(self):
-        """The loss (instances,) of one step, with its noise if any; W.grad set to its gradient."""
+    def loss_and_grad(self) -> PerInstance:
+        """The loss of one step, with its noise if any; W.grad set to its gradient."""
         W = self.W
-        P = gram(W)
+        P = gram(W)  # (instances, features, features)
         if self.noise is not None:
-            xi = self.noise.next()
-            P += W @ xi.unsqueeze(-1)
+            xi = self.noise.next()  # (instances, hidden)
+            P += W @ xi.unsqueeze(-1)  # + (instances, features, 1): W ξ added to every column
         error = torch.relu(P)
         error.diagonal(dim1=-2, dim2=-1).sub_(1)
         loss = error.square().sum((-2, -1)) + self.l1 * W.abs().sum((-2, -1))
@@ -292,15 +323,17 @@ class TiedBasisAutoencoder(Instances):
         return loss
 
 
-def tied_basis_reference_loss(W, l1, xi=None):
+def tied_basis_reference_loss(W: Float[Tensor, "instances features hidden"], l1, xi=None):
     """The same loss computed the plain way, through the network with autograd-able einsums:
     the basis vectors as a batch, hidden = x W + ξ, y = ReLU(hidden Wᵀ), summed squared error plus
     λ |W|_1. For checking the closed form and benchmarking against it: (instances,).
     xi: the step's noise (instances, hidden), or None."""
-    x = basis_vectors(W.shape[0], W.shape[1], device=W.device, dtype=W.dtype)
+    x = basis_vectors(W.shape[0], W.shape[1], device=W.device, dtype=W.dtype)  # batch = features
+    # (instances, batch, features) x (instances, features, hidden) -> (instances, batch, hidden)
     hidden = torch.einsum("ibf,ifh->ibh", x, W)
     if xi is not None:
-        hidden = hidden + xi.unsqueeze(-2)
+        hidden = hidden + xi.unsqueeze(-2)  # the step's ξ, shared by the batch
+    # (instances, batch, hidden) x (instances, features, hidden) -> (instances, batch, features)
     y = torch.relu(torch.einsum("ibh,ifh->ibf", hidden, W))
     return (y - x).square().sum((-2, -1)) + l1 * W.abs().sum((-2, -1))
 
@@ -348,18 +381,22 @@ class UntiedAutoencoder(Instances):
             W_in[i, :size] = uniform((size, features), features**-0.5, g)
             W_out[i, :, :size] = uniform((features, size), size**-0.5, g)
             b[i] = uniform((features,), size**-0.5, g)
-        self.W_in, self.W_out, self.b = nn.Parameter(W_in), nn.Parameter(W_out), nn.Parameter(b)
+        self.W_in: Float[Tensor, "instances hidden features"] = nn.Parameter(W_in)
+        self.W_out: Float[Tensor, "instances features hidden"] = nn.Parameter(W_out)
+        self.b: Float[Tensor, "instances features"] = nn.Parameter(b)
 
-    def product(self):
-        """W = W_out W_in: (instances, features, features)."""
+    def product(self) -> Float[Tensor, "instances features features"]:
+        """W = W_out W_in."""
         return self.W_out @ self.W_in
 
-    def forward(self, x):
+    def forward(self, x: Batch) -> Batch:
         # under train_until_converged's functional_call, W_in holds only the running instances
-        hidden = torch.bmm(self.check_inputs(x, instances=self.W_in.shape[0]), self.W_in.mT)
+        x = self.check_inputs(x, instances=self.W_in.shape[0])
+        hidden = torch.bmm(x, self.W_in.mT)  # -> (instances, batch, hidden)
+        # b as (instances, 1, features) + (instances, batch, hidden) x (instances, hidden, features)
         pre = torch.baddbmm(self.b.unsqueeze(-2), hidden, self.W_out.mT)
         return torch.relu(pre) if self.output == "relu" else pre
 
-    def loss(self, x):
-        """Squared error averaged over the batch and the features: (instances,)."""
+    def loss(self, x: Batch) -> PerInstance:
+        """Squared error averaged over the batch and the features."""
         return (x - self(x)).square().mean((-2, -1))

@@ -5,6 +5,8 @@ pushes encodings towards sparsity, zero (Gaussian) keeps the hidden space rotati
 """
 
 import torch
+from jaxtyping import Float
+from torch import Tensor
 
 from . import devices
 from .checks import check_choice, check_per_instance, check_seeds, check_size
@@ -65,15 +67,14 @@ class HiddenNoise:
         self.generators = [generator(seed, "noise", device) for seed in self.seeds]
         self._drawn, self._next = None, 0
 
-    def next(self):
+    def next(self) -> Float[Tensor, "instances hidden"]:
         if self._drawn is None or self._next == self.chunk:
             draws = [
                 standard_noise(k, (self.chunk, self.hidden), g, self.dtype)
                 for k, g in zip(self.kinds, self.generators)
             ]
-            self._drawn = (
-                torch.stack(draws, dim=1) * self.sigma[:, None]
-            )  # (chunk, instances, hidden)
+            # (chunk, instances, hidden), each instance's draws scaled by its σ
+            self._drawn = torch.stack(draws, dim=1) * self.sigma[:, None]
             self._next = 0
         self._next += 1
         return self._drawn[self._next - 1]

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
+from jaxtyping import Float, Int
 
 from .checks import check_choice, check_range, check_size
 from .progress import progress_bar
@@ -23,8 +24,8 @@ OPTIMIZERS = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam, "adamw": torch.o
 class History:
     """What a run recorded; step k's values are those of the weights before the (k+1)-th update."""
 
-    steps: np.ndarray  # (records,)
-    loss: np.ndarray  # (records, instances)
+    steps: Int[np.ndarray, " records"]  # (the leading space keeps pyflakes from reading a name)
+    loss: Float[np.ndarray, "records instances"]
     metrics: dict = field(default_factory=dict)  # name -> (records, instances, ...)
 
 
@@ -205,6 +206,7 @@ def train_until_converged(
         finished, pending = [], []  # pending: this stretch's losses, (running,) each, on the device
         while not finished:
             x = data.sample(batch, running)
+            # x: (running, batch, features); the loss (running,) as the model's own loss()
             loss = (x - torch.func.functional_call(model, live, (x,))).square().mean((-2, -1))
             grads = torch.autograd.grad(loss.sum(), [live[name] for name in names])
             taken += 1

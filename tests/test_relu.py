@@ -245,3 +245,9 @@ def test_packing_energy_of_the_pentagon_and_its_minimisation():
     energies, best = th.minimize_packing_energy(5, 2, restarts=8, steps=1500)
     assert energies[0].item() == pytest.approx(10 * math.cos(math.radians(72)) ** 2, rel=1e-6)
     assert best.shape == (5, 2)
+
+
+@pytest.mark.parametrize("n, S", [(3, 0.5), (5, 0.9), (12, 0.997)])
+def test_two_or_more_active_sums_the_patterns_beyond_l0_and_l1(n, S):
+    by_pattern = sum((1 - S) ** k * S ** (n - k) * math.comb(n, k) for k in range(2, n + 1))
+    assert float(th.two_or_more_active(n, S)) == pytest.approx(by_pattern, rel=1e-9)

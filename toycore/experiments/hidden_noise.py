@@ -126,12 +126,11 @@ def strength_sweep(features, hidden, l1s, sigmas, seeds, *, steps, lr, records=1
     seeds, features) and the final W (values, seeds, n, m)."""
     # the shards' own checks would run only once the sweep has started: check here first
     seeds, features = list(check_seeds(seeds)), check_size("features", features)
-    check_size("hidden", hidden, minimum=features), check_range("l1s", l1s, 0)
-    (
-        check_range("sigmas", sigmas, 0),
-        check_size("steps", steps),
-        check_range("lr", lr, 0, low_open=True),
-    )
+    check_size("hidden", hidden, minimum=features)
+    check_range("l1s", l1s, 0)
+    check_range("sigmas", sigmas, 0)
+    check_size("steps", steps)
+    check_range("lr", lr, 0, low_open=True)
     options = dict(steps=steps, lr=lr, records=records)
     l1, noise = shards.run(
         strength_side,
@@ -188,6 +187,58 @@ def power_law(x, y):
         raise ValueError("a power law needs at least two finite positive points")
     k, log_c = np.polyfit(np.log(x[ok]), np.log(y[ok]), 1)
     return k, np.exp(log_c)
+
+
+def noise_time_law(sweep, level, largest=0.2, target=0.01):
+    """How the steps needed to reach mean ‖W_i‖₄⁴ >= ``level`` grow as σ shrinks, on the noise
+    side of the strength sweep, σ up to ``largest``: per σ the steps (NaN if never reached), a
+    power law fitted where reached, and the steps that σ⁻⁴ (the mildest growth the push allows)
+    predicts at ``target`` from the smallest σ that reached the level."""
+    noise = sweep.noise
+    sigmas = np.array([s for s in noise.values if s <= largest], dtype=float)
+    steps_to = np.array(
+        [
+            time_to_level(sweep.steps, noise.fourth[:, list(noise.values).index(s)], level)
+            for s in sigmas
+        ]
+    )
+    reached = np.isfinite(steps_to)
+    exponent, constant = power_law(sigmas[reached], steps_to[reached])
+    smallest = sigmas[reached][0]
+    return SimpleNamespace(
+        sigmas=sigmas,
+        steps_to=steps_to,
+        reached=reached,
+        exponent=exponent,
+        constant=constant,
+        smallest=smallest,
+        at_target=steps_to[reached][0] * (smallest / target) ** 4,
+    )
+
+
+def final_mean(side, value, quantity):
+    """The mean over seeds and encodings of ``quantity`` (records, values, seeds, features) at
+    its last record, at one λ or σ of a side of the strength sweep."""
+    return float(quantity[-1, list(side.values).index(value)].mean())
+
+
+def normalised_fourth(side):
+    """‖W_i‖₄⁴ / ‖W_i‖₂⁴, shaped like ``side.fourth``: 1 for an encoding on one neuron whatever
+    its length, so that it changes with the encoding's shape and not with its length."""
+    return side.fourth / np.maximum(side.squared, 1e-12) ** 2
+
+
+def strength_readings(sweep):
+    """Where Figure 5's statements are read: the largest λ below the collapse threshold
+    8/(3√3) and the smallest above it, the largest σ, and the peak over σ of the final
+    normalised fourth norm."""
+    l1, noise = sweep.l1, sweep.noise
+    return SimpleNamespace(
+        below=l1.values[l1.values < th.l1_collapse()].max(),
+        collapsed=l1.values[l1.values > th.l1_collapse()].min(),
+        top=noise.values.max(),
+        peak=max(final_mean(noise, s, normalised_fourth(noise)) for s in noise.values),
+    )
 
 
 def compromising_encodings(W, level=0.2, owner=0.5, share=0.1):

@@ -167,7 +167,8 @@ def grid_runs(sizes, densities, ratios, seeds, *, max_steps=45_000, steps=None):
     exactly ``steps`` steps. One grid per ns:
 
     loss, steps, converged: (P, R, S); W: (P, R, S, ns, ns); b: (P, R, S, ns);
-    curves: (P, R, S, longest run) training loss per step, NaN after a run stopped."""
+    curves: (P, R, S, longest run) training loss per step, NaN after a run stopped;
+    statistics: Figures 4-7's measures of every model, name -> (P, R, S)."""
     seeds = check_seeds(seeds)
     cells = [(p, r) for p in densities for r in ratios]
     instances = [(p, r, instance_seed(k, s)) for k, (p, r) in enumerate(cells) for s in seeds]
@@ -187,22 +188,26 @@ def grid_runs(sizes, densities, ratios, seeds, *, max_steps=45_000, steps=None):
         desc=f"{len(instances)} models at each ns in {list(sizes)}",
     )
     shape = (len(densities), len(ratios), len(seeds))
-    return [
-        SimpleNamespace(
-            features=features,
-            densities=np.array(densities),
-            ratios=np.array(ratios),
-            hidden=np.array([hidden_size(features, r) for r in ratios]),
-            seeds=np.array(seeds),
-            loss=run.loss.reshape(shape),
-            steps=run.steps.reshape(shape),
-            converged=run.converged.reshape(shape),
-            W=run.W.reshape(*shape, features, features),
-            b=run.b.reshape(*shape, features),
-            curves=run.curves.reshape(*shape, -1),
+    grids = []
+    for features, run in zip(sizes, runs):
+        W, b = run.W.reshape(*shape, features, features), run.b.reshape(*shape, features)
+        grids.append(
+            SimpleNamespace(
+                features=features,
+                densities=np.array(densities),
+                ratios=np.array(ratios),
+                hidden=np.array([hidden_size(features, r) for r in ratios]),
+                seeds=np.array(seeds),
+                loss=run.loss.reshape(shape),
+                steps=run.steps.reshape(shape),
+                converged=run.converged.reshape(shape),
+                W=W,
+                b=b,
+                curves=run.curves.reshape(*shape, -1),
+                statistics=th.symmetry_statistics(W, b, np.array(densities)[:, None, None, None]),
+            )
         )
-        for features, run in zip(sizes, runs)
-    ]
+    return grids
 
 
 def size_sweep(sizes, density, ratio, seeds, *, max_steps=45_000):
@@ -301,12 +306,6 @@ def interference_samples(W, density, row=0, samples=20_000, seed=0):
     mean = density / 2 * weights.sum()
     sd = np.sqrt(th.feature_variance(density) * (weights**2).sum())
     return x @ weights, mean, sd
-
-
-def symmetry(grid):
-    """Figures 4-7's statistics for every model of a grid: name -> (P, R, S)."""
-    densities = grid.densities[:, None, None, None]
-    return th.symmetry_statistics(grid.W, grid.b, densities)
 
 
 def bound_ratios(W, density, ratio):

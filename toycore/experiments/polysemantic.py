@@ -46,7 +46,8 @@ def _check_ode(initial, l1, dt, steps):
     initial = np.asarray(initial, dtype=float)
     if initial.ndim != 1 or not len(initial) or not np.all(initial > 0):
         raise ValueError("initial must be a non-empty vector of positive weights")
-    check_range("l1", l1, 0, low_open=True), check_range("dt", dt, 0, 1, low_open=True)
+    check_range("l1", l1, 0, low_open=True)
+    check_range("dt", dt, 0, 1, low_open=True)
     check_size("steps", steps)
     return initial
 
@@ -119,6 +120,22 @@ def sparsification_runs(hidden, l1, seeds, *, dt, steps):
     return SimpleNamespace(hidden=hidden, l1=l1, seeds=np.array(seeds), runs=runs, ideal=ideal)
 
 
+def middle_phase(time, hidden, l1):
+    """Figure 2's middle phase, t in [10/(λ√m), 0.1/λ]: well after the start and well before
+    the end, where the law's slope is measured. A mask like ``time``."""
+    return (time >= 10 / (l1 * hidden**0.5)) & (time <= 0.1 / l1)
+
+
+def middle_relative_variance(result):
+    """The lowest and highest relative variance of the survivors over every seed's middle
+    phase (Appendix B says it stays Θ(1)): (low, high)."""
+    middle = [
+        survivors_relative_variance(run)[middle_phase(run.time, result.hidden, result.l1)]
+        for run in result.runs
+    ]
+    return min(v.min() for v in middle), max(v.max() for v in middle)
+
+
 def sparsification_phases(result):
     """Figure 2's three phases, measured on each seed's run (arrays over seeds):
     start: |w|_1(0)/√m; slope: d log|w|_1 / d log t over the middle phase
@@ -127,7 +144,7 @@ def sparsification_phases(result):
     m, l1 = result.hidden, result.l1
     out = {"start": [], "slope": [], "rate": [], "end": []}
     for run in result.runs:
-        middle = (run.time >= 10 / (l1 * m**0.5)) & (run.time <= 0.1 / l1)
+        middle = middle_phase(run.time, m, l1)
         t, norm = run.time[middle], run.l1_norm[middle]
         out["start"].append(run.l1_norm[0] / m**0.5)
         out["slope"].append(np.polyfit(np.log(t), np.log(norm), 1)[0])
@@ -231,7 +248,9 @@ def polysemantic_sweep(features, hiddens, seeds, l1, *, steps, lr):
     seeds, features = list(check_seeds(seeds)), check_size("features", features)
     for hidden in hiddens:
         check_size("hidden", hidden, minimum=features)
-    check_range("l1", l1, 0), check_size("steps", steps), check_range("lr", lr, 0, low_open=True)
+    check_range("l1", l1, 0)
+    check_size("steps", steps)
+    check_range("lr", lr, 0, low_open=True)
     calls = [((features, hidden, seeds, l1), dict(steps=steps, lr=lr)) for hidden in hiddens]
     finals = shards.run(polysemantic_shard, calls, f"Figure 3, n={features}")
     counts = np.array([th.count_polysemantic(W).numpy() for W in finals])

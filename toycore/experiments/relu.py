@@ -33,7 +33,8 @@ def sizes(profile=None):
 
 def importance_profile(features, decay):
     """I_i = decay^i, i = 0..n-1 (decay 1: uniform importance)."""
-    check_size("features", features), check_range("decay", decay, 0, 1, low_open=True)
+    check_size("features", features)
+    check_range("decay", decay, 0, 1, low_open=True)
     return decay ** torch.arange(features, dtype=DTYPE)
 
 

@@ -40,7 +40,8 @@ def sparsity_term(fourth_norm, kind, sigma, lr, hidden=None, order=2):
     with κ the excess kurtosis; it vanishes for Gaussian noise, as rotational symmetry demands.
     """
     kind = check_noise(kind)
-    check_range("fourth_norm", fourth_norm, 0), check_range("sigma", sigma, 0)
+    check_range("fourth_norm", fourth_norm, 0)
+    check_range("sigma", sigma, 0)
     check_range("lr", lr, 0, low_open=True)
     kurtosis = EXCESS_KURTOSIS[kind]
     leading = 16 * lr**2 * sigma**4 * np.asarray(fourth_norm)

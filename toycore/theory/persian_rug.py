@@ -68,6 +68,21 @@ def persian_rug(features, hidden, seed=0):
     return W_in, W_in.T / hidden, rows
 
 
+def rug_deviations(R, hidden):
+    """How far R (ns, ns) is from what section 4.2.2 says of the rug W_out W_in: the largest
+    |R_ii - 1|, |R_ij - R_ji|, |Q² - Q| for Q = (nd/ns) R, and |R_ij - R_0,(i XOR j)|; and R's
+    rank, which should be nd = ``hidden``."""
+    i, j = np.indices(R.shape)
+    Q = R * hidden / R.shape[-1]
+    return {
+        "diagonal": np.abs(np.diag(R) - 1).max(),
+        "symmetry": np.abs(R - R.T).max(),
+        "projector": np.abs(Q @ Q - Q).max(),
+        "xor": np.abs(R - R[0, np.bitwise_xor(i, j)]).max(),
+        "rank": int(np.linalg.matrix_rank(R)),
+    }
+
+
 # --- the bound (section 4.2.1, appendix C) ---------------------------------------------------
 
 
@@ -124,7 +139,9 @@ def macroscopic_loss(a, b, sigma, p):
     Gaussian moments in closed form, the u integral by 2000-point Gauss-Legendre quadrature."""
     if check_range("a", a) == 0:
         raise ValueError("a must be nonzero: at a = 0 the output ignores its input")
-    check_range("b", b), check_sigma(sigma), check_density(p)
+    check_range("b", b)
+    check_sigma(sigma)
+    check_density(p)
     return _macroscopic_loss(a, b, sigma, p)
 
 
@@ -138,7 +155,8 @@ def _macroscopic_loss(a, b, sigma, p):
 
 def optimal_macroscopic(p, sigma):
     """min over a, b of L(a, b, σ): (loss, a, b). Nelder-Mead from a few starts."""
-    check_density(p), check_sigma(sigma)
+    check_density(p)
+    check_sigma(sigma)
     best = None
     for a0, b0 in [(1.0, -2 * sigma), (1.0, 0.0), (0.5, -sigma), (1.5, -3 * sigma)]:
         result = optimize.minimize(
@@ -167,7 +185,8 @@ def linear_loss(p, ratio):
 
 def authors_linear_loss(p, features, hidden):
     """The authors' code's baseline, (ns - nd - 1) p / (3 ns): no bias and E x² = p/3."""
-    check_density(p), check_size("features", features)
+    check_density(p)
+    check_size("features", features)
     check_size("hidden", hidden, maximum=features)
     return (features - hidden - 1) * p / (3 * features)
 
@@ -221,5 +240,6 @@ def elementwise_lower_bound(p, ratio):
 
 def log_log_slope(x, y):
     """The least-squares slope of log y against log x."""
-    check_range("x", x, 0, low_open=True), check_range("y", y, 0, low_open=True)
+    check_range("x", x, 0, low_open=True)
+    check_range("y", y, 0, low_open=True)
     return float(np.polyfit(np.log(x), np.log(y), 1)[0])

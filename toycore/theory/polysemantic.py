@@ -80,7 +80,9 @@ def expected_polysemantic(features, hidden):
 def sparsification_law(t, hidden, l1):
     """The three-phase law with the constants set to 1, as in the text's Figure 2:
     |w|_1 = max(1 / (1/√m + λt), 1) and m' = |w|_1². Returns (l1_norm, nonzero) like t."""
-    check_range("t", t, 0), check_size("hidden", hidden), check_range("l1", l1, 0)
+    check_range("t", t, 0)
+    check_size("hidden", hidden)
+    check_range("l1", l1, 0)
     l1_norm = np.maximum(1 / (hidden**-0.5 + l1 * np.asarray(t, dtype=float)), 1.0)
     return l1_norm, l1_norm**2
 
@@ -89,7 +91,8 @@ def threshold(squared_norm, l1, gradient_constant=4.0):
     """θ_i = λ / (c (1 - |W_i|²)) from |W_i|²: coordinates above it grow, below it shrink,
     ignoring interference. c = 4 for the loss as written (∂L/∂W = 4(...) + λ sign W); the text
     drops the 4, which is c = 1, as does its one-encoding ODE. inf where |W_i| >= 1."""
-    check_range("l1", l1, 0), check_range("gradient_constant", gradient_constant, 0, low_open=True)
+    check_range("l1", l1, 0)
+    check_range("gradient_constant", gradient_constant, 0, low_open=True)
     slack = 1 - torch.as_tensor(squared_norm)
     return torch.where(slack > 0, l1 / (gradient_constant * slack), torch.inf)
 
@@ -122,6 +125,7 @@ def relative_variance_bounds(initial):
 def regular_percentiles(hidden, std):
     """The idealised initialisation of Figure 7: the m quantiles of |N(0, std²)| at the
     regular percentiles (k - 1/2)/m, in decreasing order."""
-    check_size("hidden", hidden), check_range("std", std, 0, low_open=True)
+    check_size("hidden", hidden)
+    check_range("std", std, 0, low_open=True)
     levels = 1 - (np.arange(hidden) + 0.5) / hidden
     return std * np.sqrt(2) * special.erfinv(levels)

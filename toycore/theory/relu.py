@@ -37,6 +37,15 @@ def pattern_counts(features):
     return torch.tensor([math.comb(features, k) for k in range(features + 1)], dtype=torch.float64)
 
 
+def two_or_more_active(features, sparsity):
+    """The probability that two or more of the n features are active, 1 - S^n - n (1-S) S^(n-1):
+    the patterns beyond L_0 and L_1."""
+    at_most_one = (pattern_counts(features)[:2] * pattern_weights(features, sparsity)[..., :2]).sum(
+        -1
+    )
+    return 1 - at_most_one
+
+
 def zero_input_loss(b, importance):
     """L_0, the loss on x = 0: Σ_i I_i ReLU(b_i)^2, a penalty on positive biases. (instances,)"""
     return (importance * torch.relu(b).square()).sum(-1)

@@ -1,6 +1,7 @@
 """One style everywhere: ruff (pinned in requirements.txt, configured in pyproject.toml) formats
-and lints toycore, the tests, the benchmarks and the chapters' code cells, whose lines must fit
-the 100 characters a code cell shows in the HTML without cutting them off."""
+and lints toycore, the tests and the benchmarks (lines of at most 100 characters) and the
+chapters' code cells (at most 79, chapters/ruff.toml: what a code cell in the HTML shows whole
+in a window 1366 CSS pixels wide or more)."""
 
 import subprocess
 import sys

@@ -558,7 +558,7 @@ def build(profile=None, build_dir=None, log=print, device=None, jobs=None, only=
         shutil.copytree(
             REPO_ROOT / "toycore",
             source / "toycore",
-            ignore=shutil.ignore_patterns("__pycache__", "*.yaml"),
+            ignore=shutil.ignore_patterns("__pycache__"),
             dirs_exist_ok=True,
         )
         set_repository(source / "_config.yml", github)

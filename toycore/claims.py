@@ -44,21 +44,10 @@ class Ledger:
         self.chapter, self.profile, self.rows = chapter, resolve_profile(profile), []
 
     def close_to(
-        self,
-        id,
-        claim,
-        source,
-        *,
-        expected,
-        measured,
-        tolerance,
-        relative=False,
-        spread=None,
-        note="",
-        known_failure=False,
+        self, id, claim, source, *, expected, measured, tolerance, relative=False, **details
     ):
         """A claim that ``measured`` is ``expected`` within ``tolerance`` (a fraction of
-        ``expected`` when ``relative``).
+        ``expected`` when ``relative``). ``details``, taken by every form:
 
         spread: the standard deviation over seeds, shown next to ``measured`` when given.
         note: what a reader needs to judge the row (sizes, seeds, why it deviates).
@@ -67,32 +56,33 @@ class Ledger:
             passing as firmly as a new failure.
         """
         compare = "rel" if relative else "abs"
-        return self._add(
-            id, claim, source, expected, measured, tolerance, compare, spread, note, known_failure
-        )
+        return self._add(id, claim, source, expected, measured, tolerance, compare, **details)
 
-    def at_most(
-        self, id, claim, source, *, measured, bound, spread=None, note="", known_failure=False
-    ):
+    def at_most(self, id, claim, source, *, measured, bound, **details):
         """A claim that ``measured`` <= ``bound``."""
-        return self._add(id, claim, source, bound, measured, 0.0, "le", spread, note, known_failure)
+        return self._add(id, claim, source, bound, measured, 0.0, "le", **details)
 
-    def at_least(
-        self, id, claim, source, *, measured, bound, spread=None, note="", known_failure=False
-    ):
+    def at_least(self, id, claim, source, *, measured, bound, **details):
         """A claim that ``measured`` >= ``bound``."""
-        return self._add(id, claim, source, bound, measured, 0.0, "ge", spread, note, known_failure)
+        return self._add(id, claim, source, bound, measured, 0.0, "ge", **details)
 
-    def equal(
-        self, id, claim, source, *, expected, measured, spread=None, note="", known_failure=False
-    ):
+    def equal(self, id, claim, source, *, expected, measured, **details):
         """A claim that ``measured`` is exactly ``expected`` (a count, a rank)."""
-        return self._add(
-            id, claim, source, expected, measured, 0.0, "abs", spread, note, known_failure
-        )
+        return self._add(id, claim, source, expected, measured, 0.0, "abs", **details)
 
     def _add(
-        self, id, claim, source, expected, measured, tolerance, compare, spread, note, known_failure
+        self,
+        id,
+        claim,
+        source,
+        expected,
+        measured,
+        tolerance,
+        compare,
+        *,
+        spread=None,
+        note="",
+        known_failure=False,
     ):
         if any(row["id"] == id for row in self.rows):
             raise ValueError(f"duplicate claim id {id!r}")

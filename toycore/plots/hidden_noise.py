@@ -3,6 +3,7 @@
 import numpy as np
 from matplotlib.ticker import NullFormatter
 
+from ..experiments.hidden_noise import normalised_fourth
 from ..noise import EXCESS_KURTOSIS
 from ..theory import hidden_noise as th
 from . import figure
@@ -90,7 +91,7 @@ def strength(sweep):
         ((sweep.l1, "l1 strength λ"), (sweep.noise, "bipolar noise σ"))
     ):
         fourth, squared = side.fourth[-1], side.squared[-1]  # (values, seeds, features)
-        normalised = fourth / np.maximum(squared, 1e-12) ** 2
+        normalised = normalised_fourth(side)[-1]
         top, bottom = axes[0, col], axes[1, col]
         for ax, values, name in (
             (top, fourth, "‖W_i‖₄⁴"),

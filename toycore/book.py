@@ -393,15 +393,7 @@ def _worker_signals():
     which the main process stops it, interrupts its chapter as Ctrl-C would in one process:
     papermill shuts the kernel down and the executed copy says where it stopped."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, _interrupt_once)
-
-
-def _interrupt_once(signum, frame):
-    """SIGTERM in a chapter worker: interrupt the chapter, and ignore any later SIGTERM (the
-    pool sends one more when it finds itself broken), which would cut short the writes that
-    record where the chapter stopped and leave the main process a torn executed copy."""
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    raise KeyboardInterrupt
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
 
 
 def _stop_workers(pool):

@@ -174,9 +174,13 @@ def stopped_cell(output):
     """The cell a chapter's execution stopped in, without an error of its own (a dead kernel,
     Ctrl-C): the last cell papermill started in the executed copy ``output``. papermill then
     marks every cell completed; the copy is corrected to say which failed and which never ran."""
-    try:
-        executed = nbformat.read(output, as_version=4)
-    except (OSError, ValueError):
+    for _ in range(20):  # a worker may still be writing it: wait up to 2 s for a whole file
+        try:
+            executed = nbformat.read(output, as_version=4)
+            break
+        except (OSError, ValueError):
+            time.sleep(0.1)
+    else:
         return "its start"
     started = [
         i
@@ -189,7 +193,9 @@ def stopped_cell(output):
     for index, cell in enumerate(executed.cells[stopped:], start=stopped):
         if "papermill" in cell.metadata:
             cell.metadata.papermill["status"] = "failed" if index == stopped else "pending"
-    nbformat.write(executed, output)
+    partial = output.with_name(output.name + ".partial")  # whole or not at all: others read it
+    nbformat.write(executed, partial)
+    os.replace(partial, output)
     return committed_cell(executed, stopped, executed.cells[stopped].source)
 
 

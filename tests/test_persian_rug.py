@@ -52,6 +52,53 @@ def test_the_rug_saturates_the_bound_and_random_low_rank_matrices_respect_it():
             assert ex.bound_ratios(W, p, ratio) > 1
 
 
+def test_the_bound_helpers_give_one_ratio_per_model_rug_and_matrix():
+    rug_ratios, rug_values = ex.rug_bound_ratios(64, (8, 16, 40), density=0.05)
+    assert rug_ratios == [8 / 64, 16 / 64, 40 / 64]
+    assert np.allclose(rug_values, 1, atol=1e-12)
+    random = ex.random_bound_ratios(64, (8, 16), seeds=range(3), density=0.05)
+    assert random.shape == (6,) and (random > 1).all()
+    assert random[4] == ex.bound_ratios(ex.random_low_rank(64, 16, 1), 0.05, 16 / 64)
+
+
+def test_figure_2_levels_and_the_beats_linear_cells():
+    features, densities, ratios = 16, np.array([0.05, 0.5]), np.array([0.25, 0.5])
+    rng = np.random.default_rng(0)
+    W = rng.normal(size=(2, 2, 3, features, features))
+    grid = ex.Grid(
+        features=features,
+        densities=densities,
+        ratios=ratios,
+        hidden=np.array([4, 8]),
+        seeds=np.arange(3),
+        loss=rng.uniform(size=(2, 2, 3)),
+        steps=np.ones((2, 2, 3), int),
+        converged=np.ones((2, 2, 3), bool),
+        W=W,
+        b=np.zeros((2, 2, 3, features)),
+        curves=np.zeros((2, 2, 3, 1)),
+        statistics={},
+    )
+    levels = ex.figure2_levels(grid)
+    assert np.array_equal(levels.trained, grid.loss.mean(-1))
+    assert levels.linear[1, 0] == pytest.approx((1 - 0.25) * (0.5 / 3 - 0.25 / 4))
+    assert levels.rug[0, 1] == th.rug_loss(0.05, 0.5)[0]
+    # at p <= 0.05 and nd/ns >= 0.5: the one cell (0, 1), beaten when trained < linear
+    trained = levels.linear.copy()
+    trained[0, 1] -= 1e-6
+    below = ex.Levels(levels.ratios, trained, levels.linear, levels.rug)
+    assert ex.beats_linear(below, densities, 0.05, 0.5).tolist() == [True]
+    assert ex.beats_linear(levels, densities, 0.5, 0.25).size == 4
+
+
+def test_a_finite_rug_approaches_the_large_ns_loss_where_many_features_are_active():
+    rugs = ex.finite_rugs(256, [0.02, 0.3], [0.25, 0.5])
+    assert rugs.ratios.tolist() == [0.25, 0.5] and rugs.active.tolist() == [256 * 0.02, 256 * 0.3]
+    assert np.allclose(rugs.gap, np.abs(rugs.loss / rugs.predicted - 1))
+    # ~77 active features: Gaussian interference; ~5: not yet (Figure 2's crosses)
+    assert rugs.gap[1].max() < 0.05 < rugs.gap[0].max()
+
+
 def test_macroscopic_loss_agrees_with_monte_carlo():
     rng = np.random.default_rng(0)
     n = 2_000_000

@@ -8,7 +8,7 @@ Each hidden size's batch is a shard (``train_group``), cached on its own and run
 ``toycore.shards``: in this process, or spread over a Dask cluster.
 """
 
-from types import SimpleNamespace
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -71,13 +71,24 @@ def _padded(curves):
     return out
 
 
+@dataclass(frozen=True)
+class Shard:
+    """One shard's trained models, on the host."""
+
+    W: np.ndarray  # (instances, features, features) W = W_out W_in
+    b: np.ndarray  # (instances, features)
+    loss: np.ndarray  # (instances,) on fresh data
+    steps: np.ndarray  # (instances,) steps trained
+    converged: np.ndarray  # (instances,) stopped by the rule, not the cap
+    curves: list  # instances arrays (steps,) of training loss, each as long as its run
+
+
 @cached
 def train_group(features, densities, hidden, seeds, *, output="relu", max_steps=45_000, steps=None):
     """One shard: a model per (p, seed) pair, all with ``hidden`` dense dimensions, trained as
     one batch to each one's stopping rule (or for exactly ``steps`` steps).
 
-    Returns W = W_out W_in (I, ns, ns), b (I, ns), the loss on fresh data (I,), steps and
-    converged (I,), and the training-loss curves (a list of I arrays), all on the host."""
+    Returns a ``Shard``, on the host."""
     model = UntiedAutoencoder(features, hidden, seeds, output=output)
     data = SparseUniform(
         model.seeds,
@@ -94,7 +105,7 @@ def train_group(features, densities, hidden, seeds, *, output="relu", max_steps=
         steps=steps,
         desc=f"{len(seeds)} models at ns={features}, nd={hidden}",
     )
-    return SimpleNamespace(
+    return Shard(
         W=to_host(model.product()),
         b=to_host(model.b),
         loss=evaluation_loss(model, densities),
@@ -104,15 +115,25 @@ def train_group(features, densities, hidden, seeds, *, output="relu", max_steps=
     )
 
 
+@dataclass(frozen=True)
+class Models:
+    """A job's trained models, in the order its instances were given."""
+
+    W: np.ndarray  # (instances, features, features) W = W_out W_in
+    b: np.ndarray  # (instances, features)
+    loss: np.ndarray  # (instances,) on fresh data
+    steps: np.ndarray  # (instances,) steps trained
+    converged: np.ndarray  # (instances,) stopped by the rule, not the cap
+    curves: np.ndarray  # (instances, longest run) training loss, NaN after a run stopped
+
+
 def train_models(jobs, *, output="relu", max_steps=45_000, steps=None, desc="training"):
     """Train one model per (p, nd, seed) triple of every job, one shard per (ns, hidden size)
     (``train_group``; padding every model to the widest would make a grid over nd/ns =
     0.05..0.8 do twice the work), all shards dispatched together so that a cluster runs them
     side by side. ``jobs``: a list of (ns, densities, hiddens, seeds), one entry per model.
 
-    Returns per job, in the order given: W = W_out W_in (I, ns, ns), b (I, ns), the loss on
-    fresh data (I,), steps and converged (I,), and the training-loss curves (I, longest run,
-    NaN-padded)."""
+    Returns ``Models`` per job, in the order given."""
     # the shards' own checks would run only once training has started: check here first
     check_choice("output", output, OUTPUTS)
     check_size("max_steps", max_steps) if steps is None else check_size("steps", steps)
@@ -143,32 +164,41 @@ def train_models(jobs, *, output="relu", max_steps=45_000, steps=None, desc="tra
     runs = iter(shards.run(train_group, calls, desc))
     results = []
     for features, count, groups in plans:
-        out = SimpleNamespace(
-            W=np.zeros((count, features, features), np.float32),
-            b=np.zeros((count, features), np.float32),
-            loss=np.zeros(count),
-            steps=np.zeros(count, int),
-            converged=np.zeros(count, bool),
-            curves=[None] * count,
-        )
+        W = np.zeros((count, features, features), np.float32)
+        b = np.zeros((count, features), np.float32)
+        loss, steps, converged = np.zeros(count), np.zeros(count, int), np.zeros(count, bool)
+        curves = [None] * count
         for group in groups:
             run = next(runs)
-            out.W[group], out.b[group], out.loss[group] = run.W, run.b, run.loss
-            out.steps[group], out.converged[group] = run.steps, run.converged
+            W[group], b[group], loss[group] = run.W, run.b, run.loss
+            steps[group], converged[group] = run.steps, run.converged
             for k, curve in zip(group, run.curves):
-                out.curves[k] = curve
-        out.curves = _padded(out.curves)
-        results.append(out)
+                curves[k] = curve
+        results.append(Models(W, b, loss, steps, converged, _padded(curves)))
     return results
+
+
+@dataclass(frozen=True)
+class Grid:
+    """Every (p, nd/ns, seed) model at one ns; P densities, R ratios, S seeds."""
+
+    features: int  # ns
+    densities: np.ndarray  # (P,)
+    ratios: np.ndarray  # (R,) nd/ns as asked
+    hidden: np.ndarray  # (R,) nd, as the authors round ns · ratio
+    seeds: np.ndarray  # (S,)
+    loss: np.ndarray  # (P, R, S) on fresh data
+    steps: np.ndarray  # (P, R, S) steps trained
+    converged: np.ndarray  # (P, R, S) stopped by the rule, not the cap
+    W: np.ndarray  # (P, R, S, ns, ns) W = W_out W_in
+    b: np.ndarray  # (P, R, S, ns)
+    curves: np.ndarray  # (P, R, S, longest run) training loss, NaN after a run stopped
+    statistics: dict  # Figures 4-7's measures of every model: name -> (P, R, S)
 
 
 def grid_runs(sizes, densities, ratios, seeds, *, max_steps=45_000, steps=None):
     """Figures 2 and 4-7: every (p, ratio, seed) at each ns, to the stopping rule, or for
-    exactly ``steps`` steps. One grid per ns:
-
-    loss, steps, converged: (P, R, S); W: (P, R, S, ns, ns); b: (P, R, S, ns);
-    curves: (P, R, S, longest run) training loss per step, NaN after a run stopped;
-    statistics: Figures 4-7's measures of every model, name -> (P, R, S)."""
+    exactly ``steps`` steps. One ``Grid`` per ns."""
     seeds = check_seeds(seeds)
     cells = [(p, r) for p in densities for r in ratios]
     instances = [(p, r, instance_seed(k, s)) for k, (p, r) in enumerate(cells) for s in seeds]
@@ -192,7 +222,7 @@ def grid_runs(sizes, densities, ratios, seeds, *, max_steps=45_000, steps=None):
     for features, run in zip(sizes, runs):
         W, b = run.W.reshape(*shape, features, features), run.b.reshape(*shape, features)
         grids.append(
-            SimpleNamespace(
+            Grid(
                 features=features,
                 densities=np.array(densities),
                 ratios=np.array(ratios),
@@ -210,10 +240,23 @@ def grid_runs(sizes, densities, ratios, seeds, *, max_steps=45_000, steps=None):
     return grids
 
 
+@dataclass(frozen=True)
+class SweepPoint:
+    """The models of one ns in a size sweep, one per seed (S seeds)."""
+
+    hidden: int  # nd
+    W: np.ndarray  # (S, ns, ns) W = W_out W_in
+    b: np.ndarray  # (S, ns)
+    loss: np.ndarray  # (S,) on fresh data
+    steps: np.ndarray  # (S,) steps trained
+    converged: np.ndarray  # (S,) stopped by the rule, not the cap
+    curves: np.ndarray  # (S, longest run) training loss, NaN after a run stopped
+
+
 def size_sweep(sizes, density, ratio, seeds, *, max_steps=45_000):
     """Figure 3 and beyond the text: the same (p, ratio) at growing ns, one shard per ns and
     seed (a large ns costs the most and gains nothing from batching its few seeds, so its
-    seeds may run side by side). Per ns, what ``train_models`` returns, with ``hidden`` added."""
+    seeds may run side by side). Returns {ns: SweepPoint}."""
     seeds = check_seeds(seeds)
     jobs = [
         (features, [density], [hidden_size(features, ratio)], [seed])
@@ -229,7 +272,8 @@ def size_sweep(sizes, density, ratio, seeds, *, max_steps=45_000):
     for features in sizes:
         parts = [next(runs) for _ in seeds]
         longest = max(part.curves.shape[1] for part in parts)
-        sweep[features] = SimpleNamespace(
+        sweep[features] = SweepPoint(
+            hidden=hidden_size(features, ratio),
             **{
                 name: np.concatenate([getattr(part, name) for part in parts])
                 for name in ("W", "b", "loss", "steps", "converged")
@@ -244,7 +288,6 @@ def size_sweep(sizes, density, ratio, seeds, *, max_steps=45_000):
                     for part in parts
                 ]
             ),
-            hidden=hidden_size(features, ratio),
         )
     return sweep
 
@@ -293,6 +336,60 @@ def rug_model_loss(features, density, ratio, seed=0, samples=EVAL_SAMPLES):
     return total / (samples // BATCH), predicted
 
 
+@dataclass(frozen=True)
+class FiniteRug:
+    """Actual rugs of one ns, one per (p, nd/ns), measured on data against the large-ns loss."""
+
+    features: int  # ns
+    ratios: np.ndarray  # (R,) nd/ns of the rugs, nd rounded as the authors do
+    active: np.ndarray  # (P,) p·ns, the mean number of active features per sample
+    loss: np.ndarray  # (P, R) measured on 16,384 samples
+    predicted: np.ndarray  # (P, R) the large-ns loss at the same p and nd/ns
+    gap: np.ndarray  # (P, R) |loss / predicted - 1|
+
+
+def finite_rugs(features, densities, ratios):
+    """``rug_model_loss`` at every (p, ratio): Figure 2's crosses."""
+    measured = np.array([[rug_model_loss(features, p, r) for r in ratios] for p in densities])
+    loss, predicted = measured[..., 0], measured[..., 1]
+    return FiniteRug(
+        features=features,
+        ratios=np.array([hidden_size(features, r) / features for r in ratios]),
+        active=np.asarray(densities) * features,
+        loss=loss,
+        predicted=predicted,
+        gap=np.abs(loss / predicted - 1),
+    )
+
+
+@dataclass(frozen=True)
+class Levels:
+    """Figure 2's comparison at one grid's cells: P densities, R ratios."""
+
+    ratios: np.ndarray  # (R,) nd/ns of the trained models
+    trained: np.ndarray  # (P, R) trained loss, mean over seeds
+    linear: np.ndarray  # (P, R) the optimal linear model with a bias
+    rug: np.ndarray  # (P, R) the Persian rug's large-ns loss
+
+
+def figure2_levels(grid):
+    """The trained models of ``grid`` beside the linear optimum and the large-ns rug."""
+    ratios = grid.hidden / grid.features
+    return Levels(
+        ratios=ratios,
+        trained=grid.loss.mean(-1),
+        linear=th.linear_loss(grid.densities[:, None], ratios[None, :]),
+        rug=np.array([[th.rug_loss(p, r)[0] for r in ratios] for p in grid.densities]),
+    )
+
+
+def beats_linear(levels, densities, max_density, min_ratio):
+    """Whether the trained models beat the linear optimum, at the cells with p <= max_density
+    and nd/ns >= min_ratio: a flat boolean array, one entry per such cell."""
+    cells = (np.asarray(densities)[:, None] <= max_density) & (levels.ratios[None, :] >= min_ratio)
+    return (levels.trained < levels.linear)[cells]
+
+
 def interference_samples(W, density, row=0, samples=20_000, seed=0):
     """Samples of ν_row = Σ_{j≠row} W_ij x_j / W_ii on fresh data, and the Gaussian the text
     predicts for it: (samples, mean, sd)."""
@@ -317,12 +414,46 @@ def bound_ratios(W, density, ratio):
     return variances / th.variance_bound(density, ratio)
 
 
+def trained_bound_ratios(grids):
+    """``bound_ratios`` of every model of every grid, for the bound figure:
+    {label: (nd/ns per model, ratio per model)}, flat arrays."""
+    points = {}
+    for grid in grids:
+        ratio = (grid.hidden / grid.features)[None, :, None]
+        points[f"trained, ns = {grid.features}"] = (
+            np.broadcast_to(ratio, grid.loss.shape).ravel(),
+            bound_ratios(grid.W, grid.densities[:, None, None], ratio).ravel(),
+        )
+    return points
+
+
+def rug_bound_ratios(features, hiddens, density, seed=0):
+    """``bound_ratios`` of rugs of each hidden size: (nd/ns per rug, ratio per rug)."""
+    ratios = [hidden / features for hidden in hiddens]
+    values = []
+    for hidden, ratio in zip(hiddens, ratios):
+        W_in, W_out, _ = th.persian_rug(features, hidden, seed)
+        values.append(bound_ratios(W_out @ W_in, density, ratio))
+    return ratios, values
+
+
 def random_low_rank(features, hidden, seed):
     """W = A B with Gaussian A (ns, nd), B (nd, ns): a generic matrix of rank nd."""
     g = torch.Generator().manual_seed(seed)
     A = torch.randn(features, hidden, generator=g, dtype=torch.float64)
     B = torch.randn(hidden, features, generator=g, dtype=torch.float64)
     return (A @ B).numpy()
+
+
+def random_bound_ratios(features, hiddens, seeds, density):
+    """``bound_ratios`` of ``random_low_rank`` matrices, one per (hidden, seed), flat."""
+    return np.array(
+        [
+            bound_ratios(random_low_rank(features, hidden, seed), density, hidden / features)
+            for hidden in hiddens
+            for seed in seeds
+        ]
+    )
 
 
 def row_macroscopic_loss(W, b, density):

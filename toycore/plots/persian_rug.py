@@ -50,12 +50,12 @@ def loss_curves(grid, rug_ratios, rug_losses, finite_rug=None):
         ax.plot(rug_ratios, rug_losses[k], color="C3", label="Persian rug (ns → ∞)")
         if finite_rug is not None:
             ax.plot(
-                finite_rug["ratios"],
-                finite_rug["loss"][k],
+                finite_rug.ratios,
+                finite_rug.loss[k],
                 "x",
                 color="C3",
                 ms=6,
-                label=f"Persian rug, ns = {finite_rug['features']}",
+                label=f"Persian rug, ns = {finite_rug.features}",
             )
         ax.plot(
             rug_ratios,

@@ -390,6 +390,42 @@ def beats_linear(levels, densities, max_density, min_ratio):
     return (levels.trained < levels.linear)[cells]
 
 
+@dataclass(frozen=True)
+class LossParts:
+    """Each output's loss, split by whether its feature is on (section 4.1's L_off and L_on),
+    for M models of one ns, measured on fresh data."""
+
+    diagonal: np.ndarray  # (M, ns) W_ii
+    off: np.ndarray  # (M, ns) E[(x_i - y_i)² | x_i = 0]
+    on: np.ndarray  # (M, ns) E[(x_i - y_i)² | x_i > 0]
+
+
+@cached
+@torch.no_grad()
+def loss_parts(W, b, density, samples=EVAL_SAMPLES, seed=0):
+    """``LossParts`` of trained models: W (M, ns, ns), b (M, ns), float64 on the CPU."""
+    W, b = torch.as_tensor(np.asarray(W), dtype=torch.float64), torch.as_tensor(np.asarray(b))
+    models, features = W.shape[0], W.shape[-1]
+    data = SparseUniform(
+        [seed] * models,
+        features,
+        1 - th.check_density(density),
+        device="cpu",
+        dtype=torch.float64,
+        purpose="parts",
+    )
+    error = torch.zeros(2, models, features, dtype=torch.float64)  # off, on: summed squares
+    count = torch.zeros(2, models, features, dtype=torch.float64)
+    for _ in range(samples // BATCH):
+        x = data.sample(BATCH)  # (M, batch, ns)
+        y = torch.relu(x @ W.transpose(-1, -2) + b[:, None, :].double())  # (M, batch, ns)
+        squared, on = (x - y).square(), (x > 0).double()
+        error += torch.stack([(squared * (1 - on)).sum(1), (squared * on).sum(1)])
+        count += torch.stack([(1 - on).sum(1), on.sum(1)])
+    off, on = (error / count).numpy()
+    return LossParts(diagonal=np.diagonal(W.numpy(), axis1=-2, axis2=-1), off=off, on=on)
+
+
 def interference_samples(W, density, row=0, samples=20_000, seed=0):
     """Samples of ν_row = Σ_{j≠row} W_ij x_j / W_ii on fresh data, and the Gaussian the text
     predicts for it: (samples, mean, sd)."""

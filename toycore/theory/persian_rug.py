@@ -146,11 +146,26 @@ def macroscopic_loss(a, b, sigma, p):
 
 
 def _macroscopic_loss(a, b, sigma, p):
+    off, on = _macroscopic_parts(a, b, sigma)
+    return (1 - p) * off + p * on
+
+
+def macroscopic_parts(a, b, sigma):
+    """The two parts of section 4.1's loss, L = (1-p) L_off + p L_on: (L_off, L_on) with
+    L_off = E ReLU(aν + b)² (the feature is off) and L_on = E (u - ReLU(a(u + ν) + b))² (on)."""
+    if check_range("a", a) == 0:
+        raise ValueError("a must be nonzero: at a = 0 the output ignores its input")
+    check_range("b", b)
+    check_sigma(sigma)
+    return _macroscopic_parts(a, b, sigma)
+
+
+def _macroscopic_parts(a, b, sigma):
     a = abs(a)  # the loss depends on a only through a·σ and a·u, and the text takes a > 0
     _, off = relu_moments(np.asarray(b, float), a * sigma)
     first, second = relu_moments(a * U_NODES + b, a * sigma)
     on = U_WEIGHTS @ (U_NODES**2 - 2 * U_NODES * first + second)
-    return (1 - p) * off + p * on
+    return off, on
 
 
 def optimal_macroscopic(p, sigma):
@@ -177,6 +192,31 @@ def rug_loss(p, ratio):
     return optimal_macroscopic(p, np.sqrt(variance_bound(p, ratio)))
 
 
+def rug_losses(p, ratios):
+    """``rug_loss`` at each ratio: (losses, a, b), each (ratios,)."""
+    return np.array([rug_loss(p, r) for r in ratios]).T
+
+
+def optimal_losses(p, sigmas):
+    """min over a, b of the macroscopic loss at each σ: (sigmas,)."""
+    return np.array([optimal_macroscopic(p, sigma)[0] for sigma in sigmas])
+
+
+def drop_ratio(p, fraction):
+    """The nd/ns at which the rug's large-ns loss has fallen to ``fraction`` of the optimal
+    linear model's (Figure 2's drop), by root-finding in log nd/ns on [1e-6, 0.9]."""
+    check_density(p)
+    check_range("fraction", fraction, 0, 1, low_open=True, high_open=True)
+
+    def excess(log_ratio):
+        ratio = np.exp(log_ratio)
+        return rug_loss(p, ratio)[0] / linear_loss(p, ratio) - fraction
+
+    if excess(np.log(0.9)) > 0:
+        raise ValueError(f"at p = {p} the rug's loss stays above {fraction} of the linear one")
+    return float(np.exp(optimize.brentq(excess, np.log(1e-6), np.log(0.9), xtol=1e-6)))
+
+
 def linear_loss(p, ratio):
     """The best linear model with a bias: data covariance Var x · I is isotropic, so any rank-nd
     projector is optimal and leaves (1 - nd/ns) of the variance."""
@@ -191,7 +231,73 @@ def authors_linear_loss(p, features, hidden):
     return (features - hidden - 1) * p / (3 * features)
 
 
-# --- loss scaling (section 4.3, appendix D) --------------------------------------------------
+def optimal_scale(b, sigma, p):
+    """Appendix A, eq. 16 (eq. 9 with the bias absorbed into ν's mean): with the bias written
+    a·b, the loss E (x - a ReLU(x + ν + b))² is least at
+    a_opt = E[x ReLU(x + ν + b)] / E[ReLU(x + ν + b)²], x = c u, ν ~ N(0, σ²)."""
+    check_range("b", b)
+    check_sigma(sigma)
+    check_density(p)
+    _, off_second = relu_moments(np.asarray(b, float), sigma)
+    first, second = relu_moments(U_NODES + b, sigma)
+    numerator = p * U_WEIGHTS @ (U_NODES * first)
+    return numerator / ((1 - p) * off_second + p * U_WEIGHTS @ second)
+
+
+# --- loss scaling (section 4.3, appendices B and D) ------------------------------------------
+
+
+def small_ratio_limit_loss(a, b, sigma, p):
+    """Section 4.3.1's loss once the interference drowns the signal (r -> 0):
+    (1-p) a² E ReLU(ν + b)² + p E (u - a ReLU(ν + b))², ν ~ N(0, σ²), u ~ U[0, 1]."""
+    check_sigma(sigma)
+    check_density(p)
+    first, second = relu_moments(np.asarray(b, float), sigma)
+    return (1 - p) * a**2 * second + p * (1 / 3 - a * first + a**2 * second)
+
+
+def small_ratio_optimum(b, sigma, p):
+    """Eq. 8 and the line after it, as printed: a_opt = p E[u ReLU(ν + b)] / E[ReLU(ν + b)²]
+    and the loss there, p E u² - p² (E u)² (E ReLU(ν + b))² / E ReLU(ν + b)²: (a_opt, loss)."""
+    check_sigma(sigma)
+    check_density(p)
+    first, second = relu_moments(np.asarray(b, float), sigma)
+    return p * first / 2 / second, p / 3 - p**2 * first**2 / 4 / second
+
+
+def off_term(mu, sigma):
+    """The off term at a = 1 with the mean absorbed, E ReLU(ν)², ν ~ N(-|μ|, σ²) (eq. 10)."""
+    check_sigma(sigma)
+    return relu_moments(-np.abs(check_range("mu", mu)), sigma)[1]
+
+
+def off_term_bound(mu, sigma):
+    """Eq. 11: the off term is below σ²/2 · exp(-μ²/(2σ²))."""
+    check_sigma(sigma)
+    return sigma**2 / 2 * np.exp(-(check_range("mu", mu) ** 2) / (2 * sigma**2))
+
+
+def on_term_parts(mu, sigma):
+    """Appendix B's split of the on term at a = 1, ν ~ N(-|μ|, σ²): (E_r, E_ν). Where
+    u + ν < 0 the ReLU cuts the signal and the loss is u² (E_r); elsewhere the noise passes
+    and the loss is ν² (E_ν). Truncated-normal moments in closed form, u by quadrature."""
+    check_sigma(sigma)
+    mean = -abs(check_range("mu", mu))
+    cut = (-U_NODES - mean) / sigma  # ν < -u  <=>  the standardised ν < cut
+    pdf = np.exp(-(cut**2) / 2) / np.sqrt(2 * np.pi)
+    E_r = U_WEIGHTS @ (U_NODES**2 * ndtr(cut))
+    # E[ν² 1(ν > c)] = (m² + σ²)(1 - Φ) + σ (c + m) φ at c = -u
+    E_nu = U_WEIGHTS @ ((mean**2 + sigma**2) * ndtr(-cut) + sigma * (mean - U_NODES) * pdf)
+    return float(E_r), float(E_nu)
+
+
+def on_term_bounds(mu, sigma):
+    """Appendix B's bounds on the two parts, before the O(·): (E_r bound, E_ν bound) with
+    E_r < ∫_0^{2|μ|} u² du + (1 - 2|μ|) P(ν < -2|μ|) = (2|μ|)³/3 + (1 - 2|μ|) Φ(-|μ|/σ)
+    (for 2|μ| <= 1) and E_ν < σ² + μ², the whole Gaussian's second moment."""
+    check_sigma(sigma)
+    mu = abs(check_range("mu", mu, 0, 0.5))
+    return (2 * mu) ** 3 / 3 + (1 - 2 * mu) * ndtr(-mu / sigma), sigma**2 + mu**2
 
 
 def text_small_ratio_bound(p):

@@ -2,7 +2,6 @@
 
 import itertools
 import math
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -131,10 +130,11 @@ def test_linear_loss_matches_monte_carlo():
 def small_sweep():
     W, b, importance = random_model(features=4, hidden=2, instances=2, seed=1)
     grid = (2, 1)
-    return SimpleNamespace(
+    return ex.Sweep(
         features=4,
         hidden=2,
         output="relu",
+        decay=float("nan"),  # the importance below is random, not decay^i
         sparsities=np.array([0.3, 0.9]),
         seeds=np.array([0]),
         W=W.reshape(*grid, 2, 4),

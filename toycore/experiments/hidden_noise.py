@@ -8,7 +8,7 @@ control variates use a solver only the CPU has). Runs that take long are ``@cach
 """
 
 import itertools
-from types import SimpleNamespace
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -59,6 +59,21 @@ def _run(model, *, steps, lr, records, desc):
     )
 
 
+@dataclass(frozen=True)
+class NoiseRuns:
+    """Figure 4: every (law, σ, seed) trained side by side, its norms over time and final W."""
+
+    kinds: list[str]  # (laws,) the noise laws, checked names
+    sigmas: np.ndarray  # (sigmas,) the noise strengths σ
+    seeds: np.ndarray  # (seeds,)
+    hidden: int  # m, the hidden width
+    lr: float  # the SGD learning rate
+    steps: np.ndarray  # (records,) the recorded steps
+    fourth: np.ndarray  # (records, laws, sigmas, seeds, features) ‖W_i‖₄⁴
+    squared: np.ndarray  # (records, laws, sigmas, seeds, features) ‖W_i‖₂²
+    W: np.ndarray  # (laws, sigmas, seeds, features, hidden) the final weights
+
+
 @cached
 def noise_runs(features, hidden, kinds, sigmas, seeds, *, steps, lr, records=120):
     """Figure 4 and the laws beyond the text: every (law, σ, seed) trained side by side.
@@ -78,7 +93,7 @@ def noise_runs(features, hidden, kinds, sigmas, seeds, *, steps, lr, records=120
         model, steps=steps, lr=lr, records=records, desc=f"{len(grid)} noisy models"
     )
     shape = (len(kinds), len(sigmas), len(seeds))
-    return SimpleNamespace(
+    return NoiseRuns(
         kinds=kinds,
         sigmas=np.array(sigmas),
         seeds=np.array(seeds),
@@ -92,6 +107,17 @@ def noise_runs(features, hidden, kinds, sigmas, seeds, *, steps, lr, records=120
 
 
 SIDES = ("l1", "noise")
+
+
+@dataclass(frozen=True)
+class StrengthSide:
+    """One side of Figure 5 (l1 at each λ, or bipolar noise at each σ): norms over time, final W."""
+
+    values: np.ndarray  # (values,) the λs or σs of this side
+    steps: np.ndarray  # (records,) the recorded steps
+    fourth: np.ndarray  # (records, values, seeds, features) ‖W_i‖₄⁴
+    squared: np.ndarray  # (records, values, seeds, features) ‖W_i‖₂²
+    W: np.ndarray  # (values, seeds, features, hidden) the final weights
 
 
 @cached
@@ -109,7 +135,7 @@ def strength_side(features, hidden, values, seeds, *, side, steps, lr, records=1
         model, steps=steps, lr=lr, records=records, desc=f"{len(per_instance)} models over {side}"
     )
     shape = (len(values), len(seeds))
-    return SimpleNamespace(
+    return StrengthSide(
         values=np.array(values),
         steps=steps_at,
         fourth=fourth.reshape(-1, *shape, features),
@@ -118,12 +144,24 @@ def strength_side(features, hidden, values, seeds, *, side, steps, lr, records=1
     )
 
 
+@dataclass(frozen=True)
+class StrengthSweep:
+    """Figure 5: the l1 side and the noise side, trained for the same steps from the same seeds."""
+
+    steps: np.ndarray  # (records,) the recorded steps, the same on both sides
+    seeds: np.ndarray  # (seeds,)
+    hidden: int  # m, the hidden width
+    lr: float  # the SGD learning rate
+    l1: StrengthSide  # l1 without noise at each λ
+    noise: StrengthSide  # bipolar noise without l1 at each σ
+
+
 def strength_sweep(features, hidden, l1s, sigmas, seeds, *, steps, lr, records=120):
     """Figure 5: l1 without noise at each λ, and bipolar noise without l1 at each σ, same steps;
     each side one shard (``strength_side``), run through ``toycore.shards``.
 
-    Returns one namespace per side ("l1", "noise") with fourth and squared (records, values,
-    seeds, features) and the final W (values, seeds, n, m)."""
+    Returns one ``StrengthSide`` per side ("l1", "noise") with fourth and squared (records,
+    values, seeds, features) and the final W (values, seeds, n, m)."""
     # the shards' own checks would run only once the sweep has started: check here first
     seeds, features = list(check_seeds(seeds)), check_size("features", features)
     check_size("hidden", hidden, minimum=features)
@@ -140,9 +178,22 @@ def strength_sweep(features, hidden, l1s, sigmas, seeds, *, steps, lr, records=1
         ],
         "Figure 5",
     )
-    return SimpleNamespace(
+    return StrengthSweep(
         steps=l1.steps, seeds=np.array(seeds), hidden=hidden, lr=lr, l1=l1, noise=noise
     )
+
+
+@dataclass(frozen=True)
+class SingleRuns:
+    """Figure 6: one instance (one seed) under bipolar noise at each σ, its norms over time."""
+
+    sigmas: np.ndarray  # (sigmas,) the noise strengths σ
+    seed: int  # the one seed, the same at every σ
+    steps: np.ndarray  # (records,) the recorded steps
+    fourth: np.ndarray  # (records, sigmas, features) ‖W_i‖₄⁴
+    squared: np.ndarray  # (records, sigmas, features) ‖W_i‖₂²
+    W: np.ndarray  # (sigmas, features, hidden) the final weights
+    lr: float  # the SGD learning rate
 
 
 @cached
@@ -159,7 +210,7 @@ def single_runs(features, hidden, sigmas, seed, *, steps, lr, records=300):
         records=records,
         desc=f"seed {seed}, σ = {', '.join(map(str, sigmas))}",
     )
-    return SimpleNamespace(
+    return SingleRuns(
         sigmas=np.array(sigmas),
         seed=seed,
         steps=steps_at,
@@ -189,6 +240,19 @@ def power_law(x, y):
     return k, np.exp(log_c)
 
 
+@dataclass(frozen=True)
+class NoiseTimeLaw:
+    """How the steps to sparsify grow as σ shrinks: per σ, a fitted power law, its extrapolation."""
+
+    sigmas: np.ndarray  # (sigmas,) the noise side's σs up to ``largest``
+    steps_to: np.ndarray  # (sigmas,) steps until the mean ‖W_i‖₄⁴ reaches the level; NaN: never
+    reached: np.ndarray  # (sigmas,) bool, whether the level was reached
+    exponent: float  # k in steps = c σ^k, fitted where reached
+    constant: float  # c in steps = c σ^k
+    smallest: float  # the smallest σ that reached the level
+    at_target: float  # the steps σ⁻⁴ predicts at ``target`` from ``smallest``
+
+
 def noise_time_law(sweep, level, largest=0.2, target=0.01):
     """How the steps needed to reach mean ‖W_i‖₄⁴ >= ``level`` grow as σ shrinks, on the noise
     side of the strength sweep, σ up to ``largest``: per σ the steps (NaN if never reached), a
@@ -205,7 +269,7 @@ def noise_time_law(sweep, level, largest=0.2, target=0.01):
     reached = np.isfinite(steps_to)
     exponent, constant = power_law(sigmas[reached], steps_to[reached])
     smallest = sigmas[reached][0]
-    return SimpleNamespace(
+    return NoiseTimeLaw(
         sigmas=sigmas,
         steps_to=steps_to,
         reached=reached,
@@ -228,17 +292,37 @@ def normalised_fourth(side):
     return side.fourth / np.maximum(side.squared, 1e-12) ** 2
 
 
+@dataclass(frozen=True)
+class StrengthReadings:
+    """The λs and σs at which Figure 5's statements are read, and the peak they are read against."""
+
+    below: float  # the largest λ below the collapse threshold 8/(3√3)
+    collapsed: float  # the smallest λ above it
+    top: float  # the largest σ
+    peak: float  # the peak over σ of the final normalised fourth norm, mean over seeds, features
+
+
 def strength_readings(sweep):
     """Where Figure 5's statements are read: the largest λ below the collapse threshold
     8/(3√3) and the smallest above it, the largest σ, and the peak over σ of the final
     normalised fourth norm."""
     l1, noise = sweep.l1, sweep.noise
-    return SimpleNamespace(
+    return StrengthReadings(
         below=l1.values[l1.values < th.l1_collapse()].max(),
         collapsed=l1.values[l1.values > th.l1_collapse()].min(),
         top=noise.values.max(),
         peak=max(final_mean(noise, s, normalised_fourth(noise)) for s in noise.values),
     )
+
+
+@dataclass(frozen=True)
+class CompromisingEncoding:
+    """One encoding stuck between the neurons the others own (Figure 6)."""
+
+    encoding: int  # its index i in W
+    fourth: float  # its ‖W_i‖₄⁴
+    columns: list[int]  # (shared,) the owned neurons j where it opposes the owner's sign
+    spread: float  # max/min |W_ij| over those columns
 
 
 def compromising_encodings(W, level=0.2, owner=0.5, share=0.1):
@@ -267,7 +351,7 @@ def compromising_encodings(W, level=0.2, owner=0.5, share=0.1):
         if columns and len(columns) == others:
             sizes = np.abs(W[i, columns])
             found.append(
-                SimpleNamespace(
+                CompromisingEncoding(
                     encoding=i,
                     fourth=float(f4),
                     columns=columns,
@@ -335,6 +419,20 @@ def sparse_and_dense(hidden):
     return sparse, torch.full((hidden,), hidden**-0.5, dtype=DTYPE)
 
 
+@dataclass(frozen=True)
+class KurtosisCheck:
+    """Appendix C by Monte Carlo: the sparse-minus-dense next-step loss, two predictions of it."""
+
+    kinds: list[str]  # (laws,) the noise laws, checked names
+    lrs: np.ndarray  # (lrs,) the learning rates η
+    sigma: float  # the noise σ
+    hidden: int  # m, the encodings' length
+    measured: np.ndarray  # (laws, lrs) the Monte Carlo difference, sparse minus dense
+    error: np.ndarray  # (laws, lrs) its standard error
+    text: np.ndarray  # (laws, lrs) the text's leading term 16η²σ⁴Δ‖W‖₄⁴κ
+    ours: np.ndarray  # (laws, lrs) with our η³ term
+
+
 @cached
 def kurtosis_check(hidden, kinds, sigma, lrs, samples, seed=0):
     """For each law and η: the next-step loss of the sparse minus the dense encoding, ± its
@@ -352,7 +450,7 @@ def kurtosis_check(hidden, kinds, sigma, lrs, samples, seed=0):
         measured[i, j], error[i, j] = a - b, np.hypot(sa, sb)
         text[i, j] = th.sparsity_term(gap, kind, sigma, lr)
         ours[i, j] = th.sparsity_term(gap, kind, sigma, lr, hidden=hidden, order=3)
-    return SimpleNamespace(
+    return KurtosisCheck(
         kinds=list(kinds),
         lrs=np.array(lrs),
         sigma=sigma,
@@ -367,6 +465,17 @@ def kurtosis_check(hidden, kinds, sigma, lrs, samples, seed=0):
 # --- l1 against noise on the same network ---------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class L1NoiseComparison:
+    """The same initial weights trained under l1 (no noise) and under bipolar noise (no l1)."""
+
+    seeds: np.ndarray  # (seeds,)
+    l1: float  # λ on the l1 side
+    sigma: float  # σ on the noise side
+    W: dict[str, np.ndarray]  # {"l1", "noise"}: (seeds, features, hidden) the final weights
+    counts: dict[str, np.ndarray]  # {"l1", "noise"}: (seeds,) polysemantic neurons per model
+
+
 @cached
 def l1_and_noise(features, hidden, seeds, l1, sigma, *, steps, lr):
     """The same initial weights trained with l1 (no noise) and with bipolar noise (no l1).
@@ -379,7 +488,7 @@ def l1_and_noise(features, hidden, seeds, l1, sigma, *, steps, lr):
         finals[name] = _run(
             model, steps=steps, lr=lr, records=2, desc=f"{name}, {len(seeds)} seeds"
         )[3]
-    return SimpleNamespace(
+    return L1NoiseComparison(
         seeds=np.array(seeds),
         l1=l1,
         sigma=sigma,

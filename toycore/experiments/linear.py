@@ -6,7 +6,7 @@ scipy integrates the gradient flows on the host, so a GPU would only add transfe
 Functions that train are ``@cached``; the others take well under a second.
 """
 
-from types import SimpleNamespace
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -18,7 +18,7 @@ from ..profiles import select
 from ..seeding import generator
 from ..sizes import LINEAR
 from ..theory import linear as th
-from ..train import train
+from ..train import History, train
 
 DTYPE = torch.float64
 DEVICE = torch.device("cpu")
@@ -35,20 +35,41 @@ def dataset(features, sparsity, samples, seeds):
     return SparseUniform(seeds, features, sparsity, device=DEVICE, dtype=DTYPE).sample(samples)
 
 
+@dataclass(frozen=True)
+class SpectralData:
+    """One seed's data set, its sample second moment Σ and Σ's eigendecomposition."""
+
+    x: torch.Tensor  # (1, samples, features) the data set
+    sigma: torch.Tensor  # (features, features) Σ, its sample second moment
+    eigenvalues: torch.Tensor  # (features,) Σ's eigenvalues, decreasing
+    eigenvectors: torch.Tensor  # (features, features) the matching eigenvectors, as columns
+
+
 def spectral_data(features, sparsity, samples, seed):
     """One seed's data set x (1, samples, features), its Σ, and Σ's eigenvalues and eigenvectors."""
     x = dataset(features, sparsity, samples, [seed])
     sigma = th.second_moment(x[0])
     eigenvalues, eigenvectors = th.eigh_descending(sigma)
-    return SimpleNamespace(x=x, sigma=sigma, eigenvalues=eigenvalues, eigenvectors=eigenvectors)
+    return SpectralData(x=x, sigma=sigma, eigenvalues=eigenvalues, eigenvectors=eigenvectors)
 
 
 # --- 1. moments and spectrum -------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Moment:
+    """One moment of the data: measured over the seeds, exact, and the measurement's error."""
+
+    measured: float  # mean over seeds of the Monte Carlo value
+    spread: float  # standard deviation of the value over seeds
+    exact: float  # the closed form
+    standard_error: float  # of the measured mean over all seeds' samples
+
+
 def moments(features, sparsity, samples, seeds):
     """Monte Carlo E x_i, E x_i^2, E x_i x_j (i != j) per seed, with the standard error of their
-    mean over seeds (conservatively counting one independent value per sample)."""
+    mean over seeds (conservatively counting one independent value per sample), as
+    {"mean" | "square" | "cross": Moment}."""
     x = dataset(features, sparsity, samples, seeds)
     off_diagonal = ~torch.eye(features, dtype=torch.bool)
     products = x.transpose(-1, -2) @ x / samples
@@ -65,7 +86,7 @@ def moments(features, sparsity, samples, seeds):
     }
     n = samples * len(seeds)
     return {
-        name: dict(
+        name: Moment(
             measured=float(values.mean()),
             spread=float(values.std()),
             exact=exact[name],
@@ -73,6 +94,17 @@ def moments(features, sparsity, samples, seeds):
         )
         for name, values in measured.items()
     }
+
+
+@dataclass(frozen=True)
+class SpectrumSplitting:
+    """How far the sample spectrum is from the population's, per sample size T."""
+
+    sample_sizes: np.ndarray  # (sizes,) the sample sizes T
+    width: np.ndarray  # (sizes, seeds) relative bulk width (λ_2 - λ_D) / bulk
+    top_error: np.ndarray  # (sizes, seeds) relative error of the top eigenvalue
+    slope: float  # fitted log-log slope of the mean width against T
+    population: dict  # {"top", "bulk"}: the population's two eigenvalues
 
 
 def spectrum_splitting(features, sparsity, sample_sizes, seeds):
@@ -89,7 +121,7 @@ def spectrum_splitting(features, sparsity, sample_sizes, seeds):
         top_error.append((eigenvalues[:, 0] / population["top"] - 1).numpy())
     width = np.array(width)
     slope = np.polyfit(np.log(sample_sizes), np.log(width.mean(1)), 1)[0]
-    return dict(
+    return SpectrumSplitting(
         sample_sizes=np.array(sample_sizes),
         width=width,
         top_error=np.array(top_error),
@@ -99,6 +131,18 @@ def spectrum_splitting(features, sparsity, sample_sizes, seeds):
 
 
 # --- 2. gradient descent finds the top-d projection --------------------------------------------
+
+
+@dataclass(frozen=True)
+class MinimumRun:
+    """Gradient descent on the untied model, one instance per seed, against Corollary 2."""
+
+    history: History  # loss (records, seeds) along the run
+    loss: np.ndarray  # (seeds,) final loss
+    predicted: np.ndarray  # (seeds,) Corollary 2's minimum, tr Σ - (λ_1 + ... + λ_d)
+    relative_error: np.ndarray  # (seeds,) |loss - predicted| / predicted
+    projection_error: np.ndarray  # (seeds,) ||AB - P|| for P the top-d projection
+    eigengap: np.ndarray  # (seeds,) λ_d - λ_d+1
 
 
 @cached
@@ -117,7 +161,7 @@ def train_to_minimum(features, hidden, sparsity, samples, seeds, steps, lr, init
     predicted = torch.stack([th.critical_loss(lam, range(hidden)) for lam in eigenvalues])
     projection = torch.stack([th.top_projection(U, hidden) for U in eigenvectors])
     final_loss = th.linear_loss(model.A, model.B, th.second_moment(x)).detach()
-    return dict(
+    return MinimumRun(
         history=history,
         loss=final_loss.numpy(),
         predicted=predicted.numpy(),
@@ -128,6 +172,28 @@ def train_to_minimum(features, hidden, sparsity, samples, seeds, steps, lr, init
 
 
 # --- 3. every critical point ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CriticalPoint:
+    """One critical point U_I C: its loss and prediction, gradient and Hessian counts."""
+
+    index_set: tuple  # (hidden,) the eigenvector indices I
+    loss: float  # loss at the point
+    predicted: float  # the sum of the eigenvalues outside I
+    gradient_norm: float  # norm of the gradient in (A, B)
+    hessian_min: float  # the Hessian's smallest eigenvalue
+    negative: int  # number of negative Hessian eigenvalues
+    zero: int  # number of Hessian eigenvalues zero up to rounding
+    inversions: int  # number of (j in I, k not in I, k < j)
+
+
+@dataclass(frozen=True)
+class Census:
+    """Every critical point of one sample Σ."""
+
+    rows: list  # (index sets,) of CriticalPoint, the global minimum first
+    eigenvalues: np.ndarray  # (features,) Σ's eigenvalues, decreasing
 
 
 def critical_point_census(features, hidden, sparsity, samples, seed):
@@ -155,7 +221,7 @@ def critical_point_census(features, hidden, sparsity, samples, seed):
         # eigenvalue, so a looser relative cut (1e-9) would count small real eigenvalues as zero
         zero = 1e3 * torch.finfo(DTYPE).eps * hessian.abs().max()
         rows.append(
-            dict(
+            CriticalPoint(
                 index_set=index_set,
                 loss=float(th.linear_loss(A, B, sigma)),
                 predicted=float(th.critical_loss(eigenvalues, index_set)),
@@ -166,10 +232,19 @@ def critical_point_census(features, hidden, sparsity, samples, seed):
                 inversions=len(th.inversions(index_set, features)),
             )
         )
-    return dict(rows=rows, eigenvalues=eigenvalues.numpy())
+    return Census(rows=rows, eigenvalues=eigenvalues.numpy())
 
 
 # --- 4. the saddle-escape perturbation -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EscapeDrops:
+    """Loss decrease at the Prop. 3 perturbation for each eps, measured and predicted."""
+
+    eps: np.ndarray  # (eps,) the perturbation sizes
+    measured: np.ndarray  # (eps,) loss at the critical point minus loss at the perturbation
+    predicted: np.ndarray  # (eps,) eps²/(1+eps²)(λ_k - λ_j)
 
 
 def escape_drops(features, hidden, sparsity, samples, seed, index_set, j, k, eps_values):
@@ -183,12 +258,22 @@ def escape_drops(features, hidden, sparsity, samples, seed, index_set, j, k, eps
         for eps in eps_values
     ]
     predicted = [float(th.escape_drop(eigenvalues, j, k, eps)) for eps in eps_values]
-    return dict(
+    return EscapeDrops(
         eps=np.array(eps_values), measured=np.array(measured), predicted=np.array(predicted)
     )
 
 
 # --- 5. gradient flows ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DescentRun:
+    """Gradient descent with one lr next to the flow (20)-(21) at the same flow times."""
+
+    times: np.ndarray  # (records,) flow time 2·lr·step of each record
+    loss: np.ndarray  # (records,) gradient descent's loss
+    deviation: float  # largest distance from the flow in the weights, relative to their size
+    flow_loss: np.ndarray  # (records,) the flow's loss
 
 
 @cached
@@ -197,7 +282,7 @@ def untied_flow_vs_descent(features, hidden, sparsity, samples, seed, duration, 
 
     Gradient descent on L with step lr moves the weights by 2·lr·(flow), so step s sits at flow
     time 2·lr·s. Returns the loss along the flow and each run, and each run's largest distance
-    from the flow in the weights, relative to their size.
+    from the flow in the weights, relative to their size, as {lr: DescentRun}.
     """
     data = spectral_data(features, sparsity, samples, seed)
     x, sigma = data.x, data.sigma
@@ -232,13 +317,34 @@ def untied_flow_vs_descent(features, hidden, sparsity, samples, seed, duration, 
             1,
         )
         deviation = ((weights_gd - weights_flow).norm(dim=1) / weights_flow.norm(dim=1)).max()
-        runs[lr] = dict(
+        runs[lr] = DescentRun(
             times=times,
             loss=history.loss[:, 0],
             deviation=float(deviation),
             flow_loss=th.linear_loss(A_flow, B_flow, sigma).numpy(),
         )
     return runs
+
+
+@dataclass(frozen=True)
+class EndPoint:
+    """Where a tied flow ends."""
+
+    projection_error: float  # ||WᵀW - P|| for P the top-d projection
+    orthonormality: float  # ||WWᵀ - I||
+
+
+@dataclass(frozen=True)
+class TiedFlows:
+    """The tied flow (22), its rotated form (23) and the tied loss's gradient flow."""
+
+    times: np.ndarray  # (times,) the common time grid
+    loss_22: np.ndarray  # (times,) tied loss along (22)
+    loss_gradient: np.ndarray  # (times,) tied loss along the tied gradient flow
+    minimum: float  # the PCA minimum
+    rotation_error: float  # max over t of ||W(t)U - W̄(t)||, W̄ from (23)
+    end_22: EndPoint  # where the flow (22) ends
+    end_gradient: EndPoint  # where the tied gradient flow ends
 
 
 @cached
@@ -266,12 +372,12 @@ def tied_flows(features, hidden, sparsity, samples, seed, duration, init_std):
 
     def end_point(W):
         gram = W.T @ W
-        return dict(
+        return EndPoint(
             projection_error=float((gram - th.top_projection(eigenvectors, hidden)).norm()),
             orthonormality=float((W @ W.T - torch.eye(hidden, dtype=DTYPE)).norm()),
         )
 
-    return dict(
+    return TiedFlows(
         times=times,
         loss_22=tied_loss(W_22),
         loss_gradient=tied_loss(W_gd),
@@ -280,6 +386,17 @@ def tied_flows(features, hidden, sparsity, samples, seed, duration, init_std):
         end_22=end_point(W_22[-1]),
         end_gradient=end_point(W_gd[-1]),
     )
+
+
+@dataclass(frozen=True)
+class EnergyCheck:
+    """The flow (22) under Σ = I against -∇E, and E along the flow."""
+
+    mismatch: float  # relative mismatch of (22) and -∇E, E as we read (28)
+    mismatch_as_printed: float  # the same for E as printed
+    times: np.ndarray  # (times,) flow times
+    energy: np.ndarray  # (times,) E as we read (28) along the flow
+    energy_as_printed: np.ndarray  # (times,) E as printed along the flow
 
 
 def energy_check(features, hidden, seed, duration, init_std):
@@ -298,7 +415,7 @@ def energy_check(features, hidden, seed, duration, init_std):
 
     times = np.linspace(0, duration, 200)
     (W_t,) = th.integrate(lambda W: th.tied_flow(W, identity), (W0,), times)
-    return dict(
+    return EnergyCheck(
         mismatch=mismatch(th.energy),
         mismatch_as_printed=mismatch(th.energy_as_printed),
         times=times,
@@ -308,6 +425,20 @@ def energy_check(features, hidden, seed, duration, init_std):
 
 
 # --- 6. escaping a saddle during training --------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SaddleRun:
+    """Gradient descent started at the Prop. 3 perturbation of a saddle, one instance per eps."""
+
+    steps: np.ndarray  # (records,) every step
+    loss: np.ndarray  # (records, eps)
+    eps: np.ndarray  # (eps,) the perturbation sizes
+    saddle: float  # the saddle's critical value
+    minimum: float  # the global minimum
+    escape_steps: np.ndarray  # (eps,) step where the loss crosses halfway down, -1 if never
+    all_critical_values: np.ndarray  # (index sets,) every critical point's loss
+    predicted_steps_per_efold: float  # 1 / log(1 - lr·h_min)
 
 
 @cached
@@ -345,7 +476,7 @@ def train_from_saddle(
     saddle = float(th.critical_loss(eigenvalues, index_set))
     minimum = float(th.critical_loss(eigenvalues, range(hidden)))
     crossed = history.loss < (saddle + minimum) / 2
-    return dict(
+    return SaddleRun(
         steps=history.steps,
         loss=history.loss,
         eps=np.array(eps_values),
@@ -362,12 +493,22 @@ def train_from_saddle(
 # --- widgets: loss curves against the critical values ---------------------------------------------
 
 
+@dataclass(frozen=True)
+class LossCurve:
+    """One run's loss and every critical value, as fractions of tr Σ."""
+
+    steps: np.ndarray  # (records,)
+    loss: np.ndarray  # (records,) loss / tr Σ
+    critical: np.ndarray  # (index sets,) critical values / tr Σ
+
+
 def loss_curves_run(features, hidden, sparsities, samples, steps, lr, seed, init_std):
     """Gradient descent from a small start, one instance per sparsity, for one hidden size.
 
     λ_1 of Σ ranges over 30x across S and lr must stay below about 1/(2λ_1), so each instance's
     data is divided by sqrt(λ_1): on x/sqrt(c), a step lr is exactly a step lr/c on x. Loss and
     critical values are reported as fractions of tr Σ, which that scaling leaves unchanged.
+    Returns {S: LossCurve}.
     """
     x = SparseUniform(
         [seed] * len(sparsities), features, sparsities, device=DEVICE, dtype=DTYPE
@@ -386,7 +527,7 @@ def loss_curves_run(features, hidden, sparsities, samples, steps, lr, seed, init
     # the loss on x/sqrt(λ_1) is L/λ_1; as a fraction of tr Σ it is L/tr Σ
     fraction = history.loss * (eigenvalues[:, 0] / trace).numpy()
     return {
-        S: dict(steps=history.steps, loss=fraction[:, i], critical=critical[i].numpy())
+        S: LossCurve(steps=history.steps, loss=fraction[:, i], critical=critical[i].numpy())
         for i, S in enumerate(sparsities)
     }
 

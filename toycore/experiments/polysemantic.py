@@ -7,7 +7,7 @@ instances at once with its closed-form gradient: AdamW for the text's Figure 3 s
 gradient descent where the text reasons about gradient flow. Runs that take long are ``@cached``.
 """
 
-from types import SimpleNamespace
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -64,6 +64,21 @@ def euler_sparsification(initial, l1, dt, steps):
     return np.array(path)
 
 
+@dataclass(frozen=True)
+class Sparsification:
+    """One simulated sparsification: the survivors' norms, count and affine map at every step."""
+
+    time: np.ndarray  # (steps + 1,) training time t = dt × step
+    l1_norm: np.ndarray  # (steps + 1,) |w|_1
+    norm: np.ndarray  # (steps + 1,) |w|²
+    nonzero: np.ndarray  # (steps + 1,) int, the survivors m'
+    scale: np.ndarray  # (steps + 1,) a(t) in w_k(t) = a(t) w_k(0) + b(t)
+    shift: np.ndarray  # (steps + 1,) b(t)
+    initial: np.ndarray  # (hidden,) the initial weights, largest first
+    l1: float  # λ
+    dt: float  # the Euler step
+
+
 def simulate_sparsification(initial, l1, dt, steps):
     """The same Euler iteration in O(1) per step, however large m.
 
@@ -85,7 +100,7 @@ def simulate_sparsification(initial, l1, dt, steps):
         a, b = a * c, b * c - dt * l1
         while alive > 1 and a * w0[alive - 1] + b <= 0:
             alive -= 1
-    return SimpleNamespace(
+    return Sparsification(
         time=dt * np.arange(steps + 1),
         l1_norm=out[:, 0],
         norm=out[:, 1],
@@ -109,6 +124,17 @@ def survivors_relative_variance(run, initial=None):
     return np.maximum(square - mean**2, 0.0) / mean**2
 
 
+@dataclass(frozen=True)
+class SparsificationRuns:
+    """Figure 2's simulations: one per seed and one from the regular-percentile start."""
+
+    hidden: int  # m
+    l1: float  # λ
+    seeds: np.ndarray  # (seeds,)
+    runs: list  # (seeds,) of Sparsification, one per seed
+    ideal: Sparsification  # from the regular-percentile start
+
+
 @cached
 def sparsification_runs(hidden, l1, seeds, *, dt, steps):
     """Figure 2's simulation for each seed, plus one from the regular-percentile start."""
@@ -117,7 +143,7 @@ def sparsification_runs(hidden, l1, seeds, *, dt, steps):
     ideal = simulate_sparsification(
         th.regular_percentiles(hidden, 0.9 * hidden**-0.5), l1, dt, steps
     )
-    return SimpleNamespace(hidden=hidden, l1=l1, seeds=np.array(seeds), runs=runs, ideal=ideal)
+    return SparsificationRuns(hidden=hidden, l1=l1, seeds=np.array(seeds), runs=runs, ideal=ideal)
 
 
 def middle_phase(time, hidden, l1):
@@ -136,6 +162,16 @@ def middle_relative_variance(result):
     return min(v.min() for v in middle), max(v.max() for v in middle)
 
 
+@dataclass(frozen=True)
+class SparsificationPhases:
+    """Figure 2's three phases, measured on each seed's run."""
+
+    start: np.ndarray  # (seeds,) |w|_1(0)/√m
+    slope: np.ndarray  # (seeds,) d log|w|_1 / d log t over the middle phase
+    rate: np.ndarray  # (seeds,) d(1/|w|_1)/dt over the middle phase, in units of λ
+    end: np.ndarray  # (seeds,) λt when m' first reaches 1
+
+
 def sparsification_phases(result):
     """Figure 2's three phases, measured on each seed's run (arrays over seeds):
     start: |w|_1(0)/√m; slope: d log|w|_1 / d log t over the middle phase
@@ -150,7 +186,20 @@ def sparsification_phases(result):
         out["slope"].append(np.polyfit(np.log(t), np.log(norm), 1)[0])
         out["rate"].append(np.polyfit(t, 1 / norm, 1)[0] / l1)
         out["end"].append(l1 * run.time[np.argmax(run.nonzero == 1)])
-    return SimpleNamespace(**{k: np.array(v) for k, v in out.items()})
+    return SparsificationPhases(
+        start=np.array(out["start"]),
+        slope=np.array(out["slope"]),
+        rate=np.array(out["rate"]),
+        end=np.array(out["end"]),
+    )
+
+
+@dataclass(frozen=True)
+class AffineCheck:
+    """Appendix B checked on plain Euler: the affine map's fit and the variance bounds."""
+
+    residual: float  # the largest residual of the affine fit, relative to the largest weight
+    inside: float  # the share of steps whose relative variance lies between the bounds
 
 
 def affine_check(hidden, l1, dt, steps, seed=0):
@@ -170,7 +219,7 @@ def affine_check(hidden, l1, dt, steps, seed=0):
         residual = max(residual, np.abs(A @ fit - w[alive]).max() / w[alive].max())
         rv, k = th.relative_variance(w[alive]), alive.sum()
         inside.append(lower[k - 1] * (1 - 1e-9) <= rv <= upper[k - 1] * (1 + 1e-9))
-    return SimpleNamespace(residual=residual, inside=np.mean(inside))
+    return AffineCheck(residual=residual, inside=np.mean(inside))
 
 
 # --- the tied model -----------------------------------------------------------------------------
@@ -239,6 +288,18 @@ def polysemantic_shard(features, hidden, seeds, l1, *, steps, lr):
     )[1]
 
 
+@dataclass(frozen=True)
+class PolysemanticSweep:
+    """Figure 3's models: one per (m, seed), their final W and polysemantic neuron counts."""
+
+    features: int  # n
+    hiddens: np.ndarray  # (hiddens,) the sizes m
+    seeds: np.ndarray  # (seeds,)
+    l1: float  # λ
+    W: list  # (hiddens,) of (seeds, features, hidden) float64 arrays, hidden = hiddens[i]
+    counts: np.ndarray  # (hiddens, seeds) polysemantic neurons
+
+
 def polysemantic_sweep(features, hiddens, seeds, l1, *, steps, lr):
     """Figure 3: for each m, train one model per seed, one shard per m (``toycore.shards``).
 
@@ -254,7 +315,7 @@ def polysemantic_sweep(features, hiddens, seeds, l1, *, steps, lr):
     calls = [((features, hidden, seeds, l1), dict(steps=steps, lr=lr)) for hidden in hiddens]
     finals = shards.run(polysemantic_shard, calls, f"Figure 3, n={features}")
     counts = np.array([th.count_polysemantic(W).numpy() for W in finals])
-    return SimpleNamespace(
+    return PolysemanticSweep(
         features=features,
         hiddens=np.array(hiddens),
         seeds=np.array(seeds),
@@ -262,6 +323,20 @@ def polysemantic_sweep(features, hiddens, seeds, l1, *, steps, lr):
         W=finals,
         counts=counts,
     )
+
+
+@dataclass(frozen=True)
+class GradientFlow:
+    """Plain gradient descent on one model per seed, with its metrics recorded over time."""
+
+    features: int  # n
+    hidden: int  # m
+    seeds: np.ndarray  # (seeds,)
+    l1: float  # λ
+    time: np.ndarray  # (records,) training time lr × steps
+    W: np.ndarray  # (seeds, features, hidden) float64, at the end
+    overlap: np.ndarray  # (records, seeds) mean W_i·W_j over the pairs positive at the start
+    agreement: np.ndarray  # (records, seeds) share of decided weights moving as θ says
 
 
 @cached
@@ -279,14 +354,15 @@ def gradient_flow_run(features, hidden, seeds, l1, *, steps, lr, records=60):
         metrics=metrics,
         desc=f"gradient descent n={features} m={hidden}",
     )
-    return SimpleNamespace(
+    return GradientFlow(
         features=features,
         hidden=hidden,
         seeds=np.array(seeds),
         l1=l1,
         time=history.steps * lr,
         W=W,
-        **history.metrics,
+        overlap=history.metrics["overlap"],
+        agreement=history.metrics["agreement"],
     )
 
 
@@ -321,6 +397,14 @@ def forced_collisions(initial, lead=1.0):
     return starts[0], starts[1], k
 
 
+@dataclass(frozen=True)
+class Collisions:
+    """Gradient descent from forced collisions: both features' weights on the shared neuron."""
+
+    time: np.ndarray  # (records,) training time lr × steps
+    shared: dict  # {"benign" | "malign": (records, seeds, 2)} weights of features 0 and 1 on k
+
+
 @cached
 def collision_runs(features, hidden, seeds, l1, *, steps, lr, lead=1.0, records=60):
     """Gradient descent from the benign and the malign forced collision of each seed, recording
@@ -344,7 +428,7 @@ def collision_runs(features, hidden, seeds, l1, *, steps, lr, lead=1.0, records=
         desc=f"forced collisions, {len(both)} runs",
     )
     count = len(k)
-    return SimpleNamespace(
+    return Collisions(
         time=history.steps * lr,
         shared={
             "benign": history.metrics["shared"][:, :count],
@@ -409,6 +493,16 @@ def split_runs(W, l1, *, noise, steps, lr, optimizer, seed=0):
 # --- analyses -------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class LawFit:
+    """The fit count = c n²/m of a Figure 3 sweep, and the log-log slope of the mean count."""
+
+    constant: float  # c, the mean of the per-seed fits
+    interval: tuple  # (low, high) its t-interval over seeds
+    per_seed: np.ndarray  # (seeds,) c fitted to each seed over all m
+    slope: float  # d log(mean count) / d log m
+
+
 def law_fit(sweep, confidence=0.95):
     """Fit count = c n²/m through the origin, per seed over all m, and pool the seeds.
 
@@ -425,7 +519,7 @@ def law_fit(sweep, confidence=0.95):
     )
     mean_count = sweep.counts.mean(1)
     slope = np.polyfit(np.log(sweep.hiddens), np.log(np.maximum(mean_count, 1e-12)), 1)[0]
-    return SimpleNamespace(
+    return LawFit(
         constant=per_seed.mean(),
         interval=(per_seed.mean() - half, per_seed.mean() + half),
         per_seed=per_seed,
@@ -438,6 +532,19 @@ def _pairs_sharing(index):
     n = index.shape[-1]
     upper = torch.ones(n, n, dtype=torch.bool).triu(1)
     return (index[:, :, None] == index[:, None, :]) & upper
+
+
+@dataclass(frozen=True)
+class WinnerStatistics:
+    """Where each feature's winning coordinate ranked at the start, and how often pairs collide."""
+
+    rank_counts: np.ndarray  # (hidden,) features whose winner ranked 1, 2, ..., m at the start
+    largest_wins: float  # share of features whose winner was their largest at the start
+    largest_collide: float  # share of pairs whose largest initial coordinates coincide
+    opposite_given_collide: float  # share of those with opposite signs
+    winners_collide: float  # share of pairs whose winners coincide
+    hidden: int  # m
+    features: int  # n
 
 
 def winner_statistics(initial, final):
@@ -457,7 +564,7 @@ def winner_statistics(initial, final):
     sign = initial.gather(-1, largest[..., None])[..., 0].sign()
     opposite = collide & (sign[:, :, None] != sign[:, None, :])
     pairs = seeds * n * (n - 1) / 2
-    return SimpleNamespace(
+    return WinnerStatistics(
         rank_counts=torch.bincount(rank.flatten() - 1, minlength=m).numpy(),
         largest_wins=(rank == 1).double().mean().item(),
         largest_collide=collide.sum().item() / pairs,
@@ -476,6 +583,16 @@ def sweep_winner_statistics(sweep):
     ]
 
 
+@dataclass(frozen=True)
+class PooledCollisions:
+    """Collisions of largest initial coordinates pooled over sizes, and the final winners'."""
+
+    observed: float  # collisions observed, all sizes
+    expected: float  # collisions expected, Σ pairs/m
+    opposite: float  # share of the observed with opposite signs
+    winners: np.ndarray  # (sizes,) final winners' coincidence rate in units of 1/(2m)
+
+
 def pooled_collisions(statistics, seeds):
     """Pool ``winner_statistics`` of several sizes, each over ``seeds`` models: the collisions
     of largest initial coordinates observed and expected (Σ pairs/m), the share of them with
@@ -484,7 +601,7 @@ def pooled_collisions(statistics, seeds):
     hidden = np.array([s.hidden for s in statistics])
     collide = np.array([s.largest_collide for s in statistics]) * pairs
     opposite = np.array([s.opposite_given_collide for s in statistics]) * collide
-    return SimpleNamespace(
+    return PooledCollisions(
         observed=collide.sum(),
         expected=(pairs / hidden).sum(),
         opposite=opposite.sum() / collide.sum(),

@@ -6,7 +6,7 @@ or Monte Carlo estimates with standard errors (small, on the host). Only ``train
 ``packing_comparison`` take long; they are ``@cached``.
 """
 
-from types import SimpleNamespace
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -38,13 +38,28 @@ def importance_profile(features, decay):
     return decay ** torch.arange(features, dtype=DTYPE)
 
 
+@dataclass(frozen=True)
+class Sweep:
+    """One model per (sparsity, seed), trained together: their settings and final parameters."""
+
+    features: int  # n
+    hidden: int  # m
+    output: str  # "relu" or "linear"
+    decay: float  # importance I_i = decay^i
+    sparsities: np.ndarray  # (sparsities,)
+    seeds: np.ndarray  # (seeds,)
+    W: torch.Tensor  # (sparsities, seeds, hidden, features) float64
+    b: torch.Tensor  # (sparsities, seeds, features) float64
+    importance: torch.Tensor  # (sparsities, seeds, features) float64
+
+
 @cached
 def train_sweep(
     features, hidden, sparsities, seeds, *, decay, steps, lr, batch=1024, output="relu"
 ):
     """Train one model per (sparsity, seed), all at once, with AdamW as Elhage et al. did.
 
-    Returns a namespace with W (sparsities, seeds, hidden, features), b and importance
+    Returns a ``Sweep`` with W (sparsities, seeds, hidden, features), b and importance
     (sparsities, seeds, features) in float64.
     """
     check_size("batch", batch)
@@ -69,7 +84,7 @@ def train_sweep(
         desc=f"{output} n={features} m={hidden}, {len(instance_seeds)} models",
     )
     grid = (len(sparsities), len(seeds))
-    return SimpleNamespace(
+    return Sweep(
         features=features,
         hidden=hidden,
         output=output,
@@ -131,6 +146,23 @@ def _patterns(features, active, samples, g):
     return torch.rand(samples, features, generator=g, dtype=DTYPE) * mask
 
 
+@dataclass(frozen=True)
+class PatternExpansion:
+    """Each model's loss expanded over sparsity patterns, next to L and the exact L_0 and L_1."""
+
+    terms: np.ndarray  # (sparsities, seeds, features + 1) (1-S)^k S^(n-k) L_k for k = 0..n
+    expansion: np.ndarray  # (sparsities, seeds) the sum of the terms
+    expansion_error: np.ndarray  # (sparsities, seeds) its standard error
+    direct: np.ndarray  # (sparsities, seeds) L estimated directly
+    direct_error: np.ndarray  # (sparsities, seeds) its standard error
+    L0_exact: np.ndarray  # (sparsities, seeds) L_0, exact
+    L0: np.ndarray  # (sparsities, seeds) L_0, Monte Carlo
+    L1_exact: np.ndarray  # (sparsities, seeds) L_1, exact
+    L1: np.ndarray  # (sparsities, seeds) L_1, Monte Carlo
+    L1_error: np.ndarray  # (sparsities, seeds) its standard error
+    sparsities: np.ndarray  # (sparsities,)
+
+
 def pattern_expansion(sweep, samples, seed=0):
     """Estimate every L_k of every model and compare Σ_k (1-S)^k S^(n-k) L_k with L itself.
 
@@ -156,7 +188,7 @@ def pattern_expansion(sweep, samples, seed=0):
     weights = th.pattern_weights(n, S)
     direct = _evaluation_losses(sweep, samples, seed + 1)
     benefit, interference = th.one_sparse_terms(W, b, importance)
-    return SimpleNamespace(
+    return PatternExpansion(
         terms=_grid(sweep, weights * estimate),
         expansion=_grid(sweep, (weights * estimate).sum(-1)),
         expansion_error=_grid(sweep, (weights * error).square().sum(-1).sqrt()),
@@ -172,6 +204,21 @@ def pattern_expansion(sweep, samples, seed=0):
 
 
 # --- 2. feature benefit and interference ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class InterferenceSplit:
+    """Each model's L_1 at x_i = 1 as benefit lost and interference, and its pairs of features."""
+
+    benefit: np.ndarray  # (sparsities, seeds) feature benefit lost, summed over features
+    paid: np.ndarray  # (sparsities, seeds) interference with ReLU and bias, as the model pays it
+    without_bias: np.ndarray  # (sparsities, seeds) interference with ReLU, bias removed
+    linear: np.ndarray  # (sparsities, seeds) interference with neither
+    negative_pairs: np.ndarray  # (sparsities, seeds) of the pairs, those with W_i·W_j < 0
+    positive_pairs: np.ndarray  # (sparsities, seeds) of the pairs, those with W_i·W_j > 0
+    freed_pairs: np.ndarray  # (sparsities, seeds) of those, the ones with W_i·W_j + b_j <= 0
+    pairs: np.ndarray  # (sparsities, seeds) ordered pairs i ≠ j of represented features
+    sparsities: np.ndarray  # (sparsities,)
 
 
 def interference_split(sweep):
@@ -191,7 +238,7 @@ def interference_split(sweep):
     pairs = on[:, :, None] & on[:, None, :] & ~torch.eye(sweep.features, dtype=torch.bool)
     positive = pairs & (gram > 0)
     freed = positive & (gram + b[:, None, :] <= 0)
-    return SimpleNamespace(
+    return InterferenceSplit(
         benefit=_grid(sweep, benefit.sum(-1)),
         paid=_grid(sweep, paid.sum((-1, -2))),
         without_bias=_grid(sweep, without_bias.sum((-1, -2))),
@@ -260,13 +307,25 @@ def learned_packing(sweep):
     return _grid(sweep, energies), _grid(sweep, counts)
 
 
+@dataclass(frozen=True)
+class PackingComparison:
+    """Each model's learned packing energy against the best found for as many directions."""
+
+    n: int  # features
+    m: int  # hidden
+    learned: np.ndarray  # (sparsities, seeds) energy of the learned directions
+    counts: np.ndarray  # (sparsities, seeds) represented features
+    best: np.ndarray  # (sparsities, seeds) best energy over the restarts, for that count
+    ratio: np.ndarray  # (sparsities, seeds) learned / best
+
+
 def packing_comparison(sweep, restarts, steps):
     """Each model's learned packing energy against the best found by direct minimisation for the
-    same number of represented features. Returns a dict with (sparsities, seeds) arrays."""
+    same number of represented features, as (sparsities, seeds) arrays."""
     learned, counts = learned_packing(sweep)
     best = {k: packing_minimum(int(k), sweep.hidden, restarts, steps) for k in np.unique(counts)}
     best_for_model = np.vectorize(best.get)(counts)
-    return dict(
+    return PackingComparison(
         n=sweep.features,
         m=sweep.hidden,
         learned=learned,

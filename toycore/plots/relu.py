@@ -169,12 +169,12 @@ def packing(rows):
     """Learned packing energy over the best of many direct minimisations, one column per (n, m)."""
     fig, ax = figure(width=5, height=3.2)
     for i, row in enumerate(rows):
-        ratio = row["ratio"].ravel()
+        ratio = row.ratio.ravel()
         ax.plot(i + np.linspace(-0.1, 0.1, ratio.size), ratio, "o", alpha=0.6, color="C0")
     ax.axhline(1, color="k", ls="--", lw=1)
     ax.set(
         xticks=range(len(rows)),
-        xticklabels=[f"n={r['n']}, m={r['m']}" for r in rows],
+        xticklabels=[f"n={r.n}, m={r.m}" for r in rows],
         ylabel="learned energy / best of restarts",
         title=r"$\sum_{i\neq j}\mathrm{ReLU}(u_i\cdot u_j)^2$ of the learned directions",
     )

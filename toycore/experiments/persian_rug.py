@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from scipy import optimize
 
 from .. import devices, shards
 from ..cache import cached
@@ -520,3 +521,117 @@ def crossing(sizes, losses, level):
             t = (losses[k - 1] - level) / (losses[k - 1] - losses[k])
             return float(np.exp(sizes[k - 1] + t * (sizes[k] - sizes[k - 1])))
     return None
+
+
+@dataclass(frozen=True)
+class EquationChecks:
+    """The text's equations of sections 4.2-4.3 and appendices A-B, each evaluated on a grid
+    of its parameters against an independent computation (see ``text_equations``)."""
+
+    eq8_scale: float  # largest relative gap, eq. 8's a_opt against minimising the r -> 0 loss
+    eq8_loss: float  # the same for the loss at that a against the printed expression
+    eq16_scale: float  # eq. 9/16's a_opt against minimising the loss over a
+    smallest_scale: float  # the smallest a_opt of eq. 16 on the grid (appendix A: a_opt > 0)
+    eq11: float  # largest off term / eq. 11's bound
+    mu_over_sigma: np.ndarray  # (densities,) the rug's optimal threshold -b/a over σ
+    eq12_slope: float  # log-log slope of that against √log(1/p)
+    E_r: float  # largest E_r / appendix B's bound
+    E_nu: float  # largest E_ν / appendix B's bound
+    on_split: float  # largest |E_r + E_ν - L_on| / L_on
+    sigma_step: float  # smallest relative increase of the optimal loss from one σ to the next
+
+
+def _argmin(loss, low, high):
+    """The a in [low, high] at which ``loss(a)`` is least (bounded Brent, to 1e-12)."""
+    return optimize.minimize_scalar(
+        loss, bounds=(low, high), method="bounded", options={"xatol": 1e-12}
+    ).x
+
+
+def text_equations(
+    densities=(0.01, 0.05, 0.2, 0.5),
+    sigmas=tuple(np.geomspace(0.01, 1, 9)),
+    shifts=(-2.0, -1.0, 0.0, 0.5),
+    thresholds=tuple(np.geomspace(0.01, 6, 13)),
+    mus=tuple(np.linspace(0.01, 0.49, 13)),
+    small_densities=tuple(np.geomspace(1e-4, 1e-2, 5)),
+    ratio=0.25,
+):
+    """Every equation check of the chapter's sections 8 and 9, on the grids given: biases
+    b = shift · σ (further out, the ReLU is never on, or always, and there is nothing to check),
+    eq. 11 at μ = threshold · σ, appendix B at 2μ <= 1 as it assumes."""
+    small_densities = np.asarray(small_densities)
+    grid = [(p, s, shift * s) for p in densities for s in sigmas for shift in shifts]
+    eq8_scale, eq8_loss, eq16_scale, scales = [], [], [], []
+    for p, s, b in grid:
+        # eq. 8: the r -> 0 loss is a quadratic in a; minimise it numerically
+        a = _argmin(lambda a: th.small_ratio_limit_loss(a, b, s, p), -1e4, 1e4)
+        printed_a, printed_loss = th.small_ratio_optimum(b, s, p)
+        eq8_scale.append(abs(a / printed_a - 1))
+        eq8_loss.append(abs(th.small_ratio_limit_loss(a, b, s, p) / printed_loss - 1))
+        # eq. 16: with the bias written a·b, minimise the macroscopic loss over a > 0
+        a = _argmin(lambda a: th.macroscopic_loss(a, a * b, s, p), 1e-6, 1e4)
+        scales.append(th.optimal_scale(b, s, p))
+        eq16_scale.append(abs(a / scales[-1] - 1))
+    off = [th.off_term(t * s, s) / th.off_term_bound(t * s, s) for t in thresholds for s in sigmas]
+    E_r, E_nu, split = [], [], []
+    for m in mus:
+        for s in sigmas:
+            (er, en), (er_bound, en_bound) = th.on_term_parts(m, s), th.on_term_bounds(m, s)
+            on = th.macroscopic_parts(1.0, -m, s)[1]
+            E_r.append(er / er_bound)
+            E_nu.append(en / en_bound)
+            split.append(abs(er + en - on) / on)
+    optima = np.array([th.rug_loss(p, ratio) for p in small_densities])  # (densities, 3)
+    mu_over_sigma = (
+        -optima[:, 2] / optima[:, 1] / np.sqrt(th.variance_bound(small_densities, ratio))
+    )
+    steps = [
+        np.diff(losses) / losses[:-1]
+        for losses in (th.optimal_losses(p, sigmas) for p in densities)
+    ]
+    return EquationChecks(
+        eq8_scale=max(eq8_scale),
+        eq8_loss=max(eq8_loss),
+        eq16_scale=max(eq16_scale),
+        smallest_scale=min(scales),
+        eq11=max(off),
+        mu_over_sigma=mu_over_sigma,
+        eq12_slope=th.log_log_slope(
+            np.sqrt(np.log(1 / np.asarray(small_densities))), mu_over_sigma
+        ),
+        E_r=max(E_r),
+        E_nu=max(E_nu),
+        on_split=max(split),
+        sigma_step=float(np.min(steps)),
+    )
+
+
+@dataclass(frozen=True)
+class GapMakeup:
+    """What trained models' loss is made of, per ns of a size sweep, against the rug's."""
+
+    off: np.ndarray  # (sizes,) (1-p) L_off, mean over outputs and seeds
+    on: np.ndarray  # (sizes,) p L_on, the same
+    rug_off: float  # the rug's (1-p) L_off at the same p and nd/ns, ns -> ∞
+    rug_on: float  # the rug's p L_on
+    weak: np.ndarray  # (sizes,) the share of outputs with W_ii below ``weak_below``
+    weak_loss: np.ndarray  # (sizes,) the share of the loss that those outputs carry
+    strong_loss: np.ndarray  # (sizes,) the others' mean loss over the rug's per-feature loss
+
+
+def gap_makeup(parts, density, ratio, weak_below=0.5):
+    """``GapMakeup`` from ``loss_parts`` of each ns (a list, smallest ns first)."""
+    loss, a, b = th.rug_loss(density, ratio)
+    rug_off, rug_on = th.macroscopic_parts(a, b, np.sqrt(th.variance_bound(density, ratio)))
+    per_output = [(1 - density) * part.off + density * part.on for part in parts]  # (M, ns)
+    weak = [part.diagonal < weak_below for part in parts]
+    return GapMakeup(
+        off=np.array([(1 - density) * part.off.mean() for part in parts]),
+        on=np.array([density * part.on.mean() for part in parts]),
+        rug_off=(1 - density) * rug_off,
+        rug_on=density * rug_on,
+        weak=np.array([w.mean() for w in weak]),
+        weak_loss=np.array([(l * w).sum() / l.sum() for l, w in zip(per_output, weak)]),
+        strong_loss=np.array([l[~w].mean() / loss for l, w in zip(per_output, weak)]),
+    )

@@ -5,6 +5,7 @@ import struct
 
 import matplotlib
 import matplotlib.pyplot as plt
+import numpy as np
 
 STYLE = {
     "figure.dpi": 100,  # CSS pixels per inch: the size a figure is shown at
@@ -45,6 +46,16 @@ def show(fig):
 
     png, (width, height) = to_png(fig, tight=True)
     display(Image(data=png, format="png", width=width, height=height))
+
+
+def glue(**values):
+    """Hand numbers (or words) to the chapter's prose, which quotes them as
+    {glue:text}`name:.2f`: the page then states what this build measured, in every profile.
+    NumPy scalars become Python ones, whose text myst-nb reads back as numbers."""
+    from myst_nb import glue as record
+
+    for name, value in values.items():
+        record(name, value.item() if isinstance(value, np.generic) else value, display=False)
 
 
 def to_png(fig, tight=False):

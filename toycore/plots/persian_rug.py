@@ -137,17 +137,83 @@ def scaling(densities, ratio, losses, bounds, ratios, density, losses_r, bounds_
     return fig
 
 
-def size_sweep(sizes, losses, rug_value, linear_value, title):
-    """Beyond the text: trained loss against ns at fixed (p, r), with the rug's large-ns value."""
-    fig, ax = figure(width=4.8, height=3.2)
-    mean, sd = losses.mean(-1), losses.std(-1)
-    ax.errorbar(sizes, mean, yerr=sd, fmt="o-", label="trained (mean ± sd over seeds)")
-    ax.axhline(rug_value, color="C3", label="Persian rug (ns → ∞)")
-    ax.axhline(linear_value, color="0.4", ls="--", label="optimal linear")
-    ax.set(xscale="log", xlabel="ns", ylabel="loss per feature", title=title)
+def headline(sizes, trained, finite_rug, tolerance, density, ratio):
+    """The text's central claim: trained loss over the rug's large-ns loss against ns, each seed
+    a dot, their mean a line, with an actual rug of each size and the ±tolerance band."""
+    fig, ax = figure(width=5.2, height=3.4)
+    ax.axhspan(
+        1 - tolerance, 1 + tolerance, color="C3", alpha=0.12, lw=0, label=f"±{tolerance:.0%}"
+    )
+    ax.axhline(1, color="C3", lw=1, label="Persian rug (ns → ∞)")
+    seeds = trained.shape[-1]
+    ax.plot(np.repeat(sizes, seeds), trained.ravel(), "o", color="C0", ms=4, alpha=0.6)
+    ax.plot(sizes, trained.mean(-1), "-", color="C0", label=f"trained, {seeds} seeds")
+    ax.plot(sizes, finite_rug, "x--", color="C3", ms=6, label="Persian rug of that ns, on data")
+    ax.set(
+        xscale="log",
+        xlabel="ns",
+        ylabel="loss / rug's large-ns loss",
+        title=f"p = {density:g}, nd/ns = {ratio:g}",
+    )
     ax.set_xticks(sizes, [str(s) for s in sizes])
     ax.minorticks_off()
-    ax.legend()
+    ax.legend(fontsize=8)
+    return fig
+
+
+def loss_parts(sizes, parts, makeup, density, rug_value):
+    """What the gap is made of. Left: the off and on parts of the loss, (1-p) L_off and p L_on,
+    mean over seeds and outputs, against ns, with the rug's. Right: each output's loss against
+    its diagonal W_ii for the largest ns, one seed, with the rug's per-feature loss."""
+    fig, (ax, bx) = figure(2, width=3.9, height=3.2)
+    ax.plot(sizes, makeup.off, "o-", color="C0", label="trained: (1-p) L_off")
+    ax.plot(sizes, makeup.on, "s-", color="C1", label="trained: p L_on")
+    ax.axhline(makeup.rug_off, color="C0", ls=":", label="rug: (1-p) L_off")
+    ax.axhline(makeup.rug_on, color="C1", ls=":", label="rug: p L_on")
+    ax.set(xscale="log", yscale="log", xlabel="ns", ylabel="loss per feature")
+    ax.set_xticks(sizes, [str(s) for s in sizes])
+    ax.minorticks_off()
+    ax.legend(fontsize=7)
+    last = parts[-1]
+    per_feature = (1 - density) * last.off[0] + density * last.on[0]
+    bx.plot(last.diagonal[0], per_feature, ".", ms=3, color="C0", alpha=0.7)
+    bx.axhline(rug_value, color="C3", label="Persian rug (ns → ∞)")
+    bx.set(
+        yscale="log",
+        xlabel="diagonal W_ii",
+        ylabel="loss of output i",
+        title=f"ns = {sizes[-1]}, each output",
+    )
+    bx.legend(fontsize=7)
+    fig.suptitle(f"Where the trained loss goes (p = {density:g})", fontsize=10)
+    return fig
+
+
+def drop_curves(densities, ratios, losses, starts):
+    """Figure 2's shape from the rug's large-ns loss: the loss as a fraction of Var x against
+    nd/ns, one curve per p, each p marked on its curve's axis (the text: the drop starts near
+    nd/ns ≈ p) and where the rug falls 10% below the linear model."""
+    fig, ax = figure(width=5.2, height=3.4)
+    for k, (p, loss, start) in enumerate(zip(densities, losses, starts)):
+        ax.plot(ratios, loss / th.feature_variance(p), color=f"C{k}", label=f"p = {p:g}")
+        ax.axvline(p, color=f"C{k}", lw=0.8, ls=":")
+        if start is not None:
+            ax.plot(
+                [start],
+                [np.interp(start, ratios, loss) / th.feature_variance(p)],
+                "v",
+                ms=7,
+                color=f"C{k}",
+            )
+    ax.plot(ratios, 1 - ratios, "--", color="0.4", label="optimal linear")
+    ax.set(
+        xscale="log",
+        xlabel="nd / ns",
+        ylabel="loss / Var x",
+        ylim=(0, 1.05),
+        title="the rug's loss (ns → ∞); dotted: nd/ns = p; ▼: 10% below linear",
+    )
+    ax.legend(fontsize=8)
     return fig
 
 

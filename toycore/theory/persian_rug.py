@@ -202,6 +202,18 @@ def optimal_losses(p, sigmas):
     return np.array([optimal_macroscopic(p, sigma)[0] for sigma in sigmas])
 
 
+def ratios_with_scale(p, scale, ratios=np.linspace(0.05, 0.95, 91)):
+    """The nd/ns at which the rug's optimal diagonal a equals ``scale``: each sign change of
+    a - scale on the grid ``ratios``, refined by root-finding. A list, possibly empty."""
+    check_density(p)
+    scales = rug_losses(p, ratios)[1] - scale
+    return [
+        float(optimize.brentq(lambda r: rug_loss(p, r)[1] - scale, lo, hi, xtol=1e-6))
+        for lo, hi, a, b in zip(ratios, ratios[1:], scales, scales[1:])
+        if a * b < 0
+    ]
+
+
 def drop_ratio(p, fraction):
     """The nd/ns at which the rug's large-ns loss has fallen to ``fraction`` of the optimal
     linear model's (Figure 2's drop), by root-finding in log nd/ns on [1e-6, 0.9]."""

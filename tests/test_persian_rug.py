@@ -1,6 +1,8 @@
 """Chapter 5: the Hadamard construction, the bound, the macroscopic loss, the exact linear
 baseline, and batched grid training."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 import scipy.linalg
@@ -83,12 +85,12 @@ def test_figure_2_levels_and_the_beats_linear_cells():
     assert np.array_equal(levels.trained, grid.loss.mean(-1))
     assert levels.linear[1, 0] == pytest.approx((1 - 0.25) * (0.5 / 3 - 0.25 / 4))
     assert levels.rug[0, 1] == th.rug_loss(0.05, 0.5)[0]
-    # at p <= 0.05 and nd/ns >= 0.5: the one cell (0, 1), beaten when trained < linear
-    trained = levels.linear.copy()
-    trained[0, 1] -= 1e-6
-    below = ex.Levels(levels.ratios, trained, levels.linear, levels.rug)
-    assert ex.beats_linear(below, densities, 0.05, 0.5).tolist() == [True]
-    assert ex.beats_linear(levels, densities, 0.5, 0.25).size == 4
+    # at p <= 0.05 and nd/ns >= 0.5: the one cell (0, 1), each seed's model beaten or not
+    loss = np.repeat(levels.linear[..., None], 3, -1)
+    loss[0, 1] += [-1e-6, 1e-6, -1e-6]
+    grid = dataclasses.replace(grid, loss=loss)
+    assert ex.beats_linear(grid, levels, 0.05, 0.5).tolist() == [True, False, True]
+    assert ex.beats_linear(grid, levels, 0.5, 0.25).size == 12
 
 
 def test_a_finite_rug_approaches_the_large_ns_loss_where_many_features_are_active():
@@ -97,6 +99,79 @@ def test_a_finite_rug_approaches_the_large_ns_loss_where_many_features_are_activ
     assert np.allclose(rugs.gap, np.abs(rugs.loss / rugs.predicted - 1))
     # ~77 active features: Gaussian interference; ~5: not yet (Figure 2's crosses)
     assert rugs.gap[1].max() < 0.05 < rugs.gap[0].max()
+
+
+def test_the_on_and_off_terms_of_section_4_3_agree_with_monte_carlo_and_their_bounds():
+    rng = np.random.default_rng(1)
+    u = rng.uniform(size=2_000_000)
+    for mu, sigma in [(0.1, 0.07), (0.3, 0.2), (0.02, 0.5)]:
+        nu = rng.normal(-mu, sigma, size=u.size)
+        cut = u + nu < 0
+        E_r, E_nu = th.on_term_parts(mu, sigma)
+        assert E_r == pytest.approx(np.mean(np.where(cut, u**2, 0)), rel=0.02)
+        assert E_nu == pytest.approx(np.mean(np.where(cut, 0, nu**2)), rel=0.02)
+        assert E_r + E_nu == pytest.approx(th.macroscopic_parts(1.0, -mu, sigma)[1], rel=1e-9)
+        assert th.off_term(mu, sigma) == pytest.approx(np.mean(np.maximum(nu, 0) ** 2), rel=0.02)
+        assert th.off_term(mu, sigma) < th.off_term_bound(mu, sigma)
+        E_r_bound, E_nu_bound = th.on_term_bounds(mu, sigma)
+        assert E_r < E_r_bound and E_nu < E_nu_bound
+    with pytest.raises(ValueError, match="mu"):
+        th.on_term_bounds(0.6, 0.1)  # appendix B assumes 2|μ| <= 1
+
+
+def test_the_closed_form_scales_of_eq_8_and_eq_16_are_the_numerical_minima():
+    from scipy import optimize
+
+    for p, sigma, b in [(0.05, 0.3, -0.2), (0.3, 0.5, 0.1), (0.01, 0.1, -0.3)]:
+        best = optimize.minimize_scalar(
+            lambda a: th.macroscopic_loss(a, a * b, sigma, p), bounds=(1e-3, 10), method="bounded"
+        )
+        assert th.optimal_scale(b, sigma, p) == pytest.approx(best.x, rel=1e-5)
+        a, loss = th.small_ratio_optimum(b, sigma, p)
+        best = optimize.minimize_scalar(
+            lambda a: th.small_ratio_limit_loss(a, b, sigma, p), bounds=(-10, 10), method="bounded"
+        )
+        assert a == pytest.approx(best.x, rel=1e-5) and loss == pytest.approx(best.fun, rel=1e-9)
+    # the macroscopic loss is its two parts, weighted by how often a feature is off and on
+    off, on = th.macroscopic_parts(1.2, -0.1, 0.2)
+    assert th.macroscopic_loss(1.2, -0.1, 0.2, 0.05) == pytest.approx(0.95 * off + 0.05 * on)
+
+
+def test_the_drop_and_the_scale_1_29_are_found_where_the_rug_curve_says():
+    p = 0.01
+    start = th.drop_ratio(p, 0.9)
+    assert th.rug_loss(p, start)[0] / th.linear_loss(p, start) == pytest.approx(0.9, abs=1e-4)
+    assert th.drop_ratio(p, 0.5) > start
+    ratios = th.ratios_with_scale(0.045, 1.29)
+    assert len(ratios) == 2
+    for r in ratios:
+        assert th.rug_loss(0.045, r)[1] == pytest.approx(1.29, abs=1e-4)
+    with pytest.raises(ValueError, match="stays above"):
+        th.drop_ratio(0.5, 0.01)
+
+
+def test_loss_parts_split_a_models_loss_by_whether_each_feature_is_on():
+    features, p = 16, 0.2
+    rng = np.random.default_rng(0)
+    W = rng.normal(scale=0.3, size=(2, features, features)) + np.eye(features)
+    b = np.full((2, features), -0.1)
+    parts = ex.loss_parts.uncached(W, b, p, samples=4096)
+    # brute force on the same samples
+    data = SparseUniform(
+        [0, 0], features, 1 - p, device="cpu", dtype=torch.float64, purpose="parts"
+    )
+    x = torch.cat([data.sample(ex.BATCH) for _ in range(4)], 1).numpy()
+    y = np.maximum(x @ W.transpose(0, 2, 1) + b[:, None], 0)
+    squared, on = (x - y) ** 2, x > 0
+    assert np.allclose(parts.on, (squared * on).sum(1) / on.sum(1))
+    assert np.allclose(parts.off, (squared * ~on).sum(1) / (~on).sum(1))
+    assert np.allclose(parts.diagonal, np.diagonal(W, axis1=1, axis2=2))
+    makeup = ex.gap_makeup([parts], p, 0.25, weak_below=1.0)
+    weak = parts.diagonal < 1.0
+    loss = (1 - p) * parts.off + p * parts.on
+    assert makeup.weak[0] == pytest.approx(weak.mean())
+    assert makeup.weak_loss[0] == pytest.approx(loss[weak].sum() / loss.sum())
+    assert makeup.off[0] == pytest.approx((1 - p) * parts.off.mean())
 
 
 def test_macroscopic_loss_agrees_with_monte_carlo():

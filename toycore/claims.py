@@ -119,10 +119,11 @@ class Ledger:
         path.write_text(json.dumps(self.rows, indent=1))
         return path
 
-    def table(self, prefix=""):
-        """The ledger as an HTML table (an object that Jupyter displays); with ``prefix``, only
-        the rows whose id starts with it, to show a section's claims where they are checked."""
-        return LedgerTable([row for row in self.rows if row["id"].startswith(prefix)])
+    def table(self, *prefixes):
+        """The ledger as an HTML table (an object that Jupyter displays); with ``prefixes``,
+        only the rows whose id starts with one of them, to show a section's claims where they
+        are checked."""
+        return LedgerTable([row for row in self.rows if row["id"].startswith(prefixes or "")])
 
 
 def _format(value):

@@ -384,11 +384,11 @@ def figure2_levels(grid):
     )
 
 
-def beats_linear(levels, densities, max_density, min_ratio):
-    """Whether the trained models beat the linear optimum, at the cells with p <= max_density
-    and nd/ns >= min_ratio: a flat boolean array, one entry per such cell."""
-    cells = (np.asarray(densities)[:, None] <= max_density) & (levels.ratios[None, :] >= min_ratio)
-    return (levels.trained < levels.linear)[cells]
+def beats_linear(grid, levels, max_density, min_ratio):
+    """Whether each trained model (each seed) beats the linear optimum, at the cells with
+    p <= max_density and nd/ns >= min_ratio: a flat boolean array, one entry per model."""
+    cells = (grid.densities[:, None] <= max_density) & (levels.ratios[None, :] >= min_ratio)
+    return (grid.loss < levels.linear[..., None])[cells].ravel()
 
 
 @dataclass(frozen=True)

@@ -73,14 +73,21 @@ def _padded(curves):
 
 
 @dataclass(frozen=True)
-class Shard:
-    """One shard's trained models, on the host."""
+class Models:
+    """A job's trained models, in the order its instances were given."""
 
     W: np.ndarray  # (instances, features, features) W = W_out W_in
     b: np.ndarray  # (instances, features)
     loss: np.ndarray  # (instances,) on fresh data
     steps: np.ndarray  # (instances,) steps trained
     converged: np.ndarray  # (instances,) stopped by the rule, not the cap
+    curves: np.ndarray  # (instances, longest run) training loss, NaN after a run stopped
+
+
+@dataclass(frozen=True)
+class Shard(Models):
+    """One shard's trained models, on the host, their loss curves not yet padded."""
+
     curves: list  # instances arrays (steps,) of training loss, each as long as its run
 
 
@@ -114,18 +121,6 @@ def train_group(features, densities, hidden, seeds, *, output="relu", max_steps=
         converged=run.converged,
         curves=run.loss,
     )
-
-
-@dataclass(frozen=True)
-class Models:
-    """A job's trained models, in the order its instances were given."""
-
-    W: np.ndarray  # (instances, features, features) W = W_out W_in
-    b: np.ndarray  # (instances, features)
-    loss: np.ndarray  # (instances,) on fresh data
-    steps: np.ndarray  # (instances,) steps trained
-    converged: np.ndarray  # (instances,) stopped by the rule, not the cap
-    curves: np.ndarray  # (instances, longest run) training loss, NaN after a run stopped
 
 
 def train_models(jobs, *, output="relu", max_steps=45_000, steps=None, desc="training"):

@@ -122,3 +122,20 @@ def test_theory_reference_values():
     assert th.fourth_norms(W).mean().item() == pytest.approx(3 / 18, rel=0.01)
     assert th.l1_collapse() == pytest.approx(8 / (3 * 3**0.5))
     assert th.noisy_squared_norm(0.5) == pytest.approx(0.875)
+
+
+def test_the_sparsifying_range_brackets_the_rise_from_a_random_vector_to_the_peak():
+    values = np.array([0.01, 0.02, 0.05, 0.1, 0.2])
+    final = np.array([0.17, 0.18, 0.3, 0.8, 0.85])  # mean ‖W_i‖₄⁴ at the last record
+    fourth = np.broadcast_to(final[None, :, None, None], (3, 5, 2, 4))  # records, values, ...
+    side = ex.StrengthSide(values, np.arange(3), fourth, np.ones_like(fourth), None)
+    # the rise is 0.85 - 0.17: 0.18 is under 10% of it, 0.8 is over 90%
+    assert ex.sparsifying_range(side, 0.17) == (0.02, 0.1)
+    # no value under 10%: the smallest
+    assert ex.sparsifying_range(side, 0.0)[0] == 0.01
+
+
+def test_orders_of_magnitude_read_as_powers_of_ten():
+    from toycore.plots import power_of_ten
+
+    assert power_of_ten(1.28e8) == "10⁸" and power_of_ten(3e-5) == "10⁻⁵"

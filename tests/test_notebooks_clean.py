@@ -1,5 +1,7 @@
-"""Committed chapter notebooks carry no outputs, execution counts or widget state."""
+"""Committed chapter notebooks carry no outputs, execution counts or widget state, and speak only
+of what a reader can see."""
 
+import re
 from pathlib import Path
 
 import nbformat
@@ -31,3 +33,19 @@ def test_notebook_has_a_profile_parameter_and_a_ledger(path):
     parameters = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
     assert len(parameters) == 1 and "profile = None" in parameters[0].source
     assert "ledger.save()" in nb.cells[-1].source
+
+
+# What a reader cannot see: the project's own design notes and issue tracker.
+INTERNAL = re.compile(r"DESIGN|design (?:doc|note)|\bissues? ?#?\d|\.\./shared|seeds/", re.I)
+
+
+@pytest.mark.parametrize(
+    "path", [*NOTEBOOKS, NOTEBOOKS[0].parent.parent / "intro.md"], ids=lambda p: p.name
+)
+def test_the_book_cites_only_what_readers_can_see(path):
+    if path.suffix == ".md":
+        texts = [path.read_text()]
+    else:
+        texts = [cell.source for cell in nbformat.read(path, as_version=4).cells]
+    for text in texts:
+        assert not INTERNAL.search(text), f"{path.name}: {INTERNAL.search(text).group(0)!r}"

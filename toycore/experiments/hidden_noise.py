@@ -286,6 +286,18 @@ def final_mean(side, value, quantity):
     return float(quantity[-1, list(side.values).index(value)].mean())
 
 
+def sparsifying_range(side, baseline, low=0.1, high=0.9):
+    """Where a side of the strength sweep starts to sparsify: of the rise of the final mean
+    ‖W_i‖₄⁴ from ``baseline`` (a random unit vector's) to its peak, the last λ or σ still under
+    ``low`` of it before the first over ``high`` (the smallest value if none is under ``low``):
+    (low value, high value)."""
+    final = np.array([final_mean(side, value, side.fourth) for value in side.values])
+    part = (final - baseline) / (final.max() - baseline)  # (values,) 0 at baseline, 1 at peak
+    first_high = np.flatnonzero(part >= high)[0]
+    under = np.flatnonzero(part[:first_high] <= low)
+    return side.values[under[-1] if under.size else 0], side.values[first_high]
+
+
 def normalised_fourth(side):
     """‖W_i‖₄⁴ / ‖W_i‖₂⁴, shaped like ``side.fourth``: 1 for an encoding on one neuron whatever
     its length, so that it changes with the encoding's shape and not with its length."""

@@ -58,6 +58,11 @@ def glue(**values):
         record(name, value.item() if isinstance(value, np.generic) else value, display=False)
 
 
+def power_of_ten(x):
+    """The order of magnitude of ``x`` for prose: 1.3e8 -> '10⁸'."""
+    return "10" + str(round(np.log10(x))).translate(str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹"))
+
+
 def to_png(fig, tight=False):
     """The figure as PNG bytes at PIXEL_RATIO times its resolution, and the (width, height) in
     CSS pixels to show it at; the figure is closed, so that it is not also shown inline.

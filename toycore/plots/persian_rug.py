@@ -173,7 +173,7 @@ def loss_parts(sizes, parts, makeup, density, rug_value):
     ax.set(xscale="log", yscale="log", xlabel="ns", ylabel="loss per feature")
     ax.set_xticks(sizes, [str(s) for s in sizes])
     ax.minorticks_off()
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.2))
     last = parts[-1]
     per_feature = (1 - density) * last.off[0] + density * last.on[0]
     bx.plot(last.diagonal[0], per_feature, ".", ms=3, color="C0", alpha=0.7)

@@ -66,3 +66,27 @@ def test_figures_carry_twice_the_pixels_of_the_size_they_are_shown_at():
     assert PIXEL_RATIO == 2 and struct.unpack(">II", png[16:24]) == (840, 640)
     frame = precomputed_explorer(_render, a=[1, 2]).children[1].children[0]
     assert frame.layout.width == "420px" and frame.layout.max_width == "100%"
+
+
+def test_glue_records_what_myst_nbs_glue_records_without_needing_myst_nb(monkeypatch):
+    """Binder's kernel has no myst-nb, so the chapters record their glued numbers themselves;
+    the page can only show them if the record is exactly myst-nb's."""
+    import IPython.display
+    import myst_nb.ext.glue
+    import numpy as np
+
+    from toycore import plots
+
+    shown = []
+
+    def capture(*objects, **kwargs):
+        shown.append((objects, kwargs))
+
+    monkeypatch.setattr(IPython.display, "display", capture)
+    monkeypatch.setattr(myst_nb.ext.glue, "ipy_display", capture)
+    for value in (0.125, 12, "near ns = 117"):
+        myst_nb.ext.glue.glue("x", value, display=False)
+        plots.glue(x=value)
+        assert shown[-1] == shown[-2]
+    plots.glue(x=np.float64(0.5))  # NumPy scalars are recorded as Python numbers
+    assert shown[-1][0][0] == {plots.GLUE_PREFIX + "text/plain": "0.5"}

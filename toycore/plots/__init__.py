@@ -48,14 +48,26 @@ def show(fig):
     display(Image(data=png, format="png", width=width, height=height))
 
 
+# Where myst-nb's {glue:text} role looks for a value that a cell recorded without showing it.
+GLUE_PREFIX = "application/papermill.record/"
+
+
 def glue(**values):
     """Hand numbers (or words) to the chapter's prose, which quotes them as
     {glue:text}`name:.2f`: the page then states what this build measured, in every profile.
-    NumPy scalars become Python ones, whose text myst-nb reads back as numbers."""
-    from myst_nb import glue as record
+    Each is recorded as myst-nb's ``glue(name, value, display=False)`` records it, written here
+    so that a kernel without myst-nb (Binder's) runs the chapters too. NumPy scalars become
+    Python ones, whose text myst-nb reads back as numbers."""
+    from IPython.core.formatters import format_display_data
+    from IPython.display import display
 
     for name, value in values.items():
-        record(name, value.item() if isinstance(value, np.generic) else value, display=False)
+        value = value.item() if isinstance(value, np.generic) else value
+        bundle, metadata = format_display_data(value)
+        metadata["scrapbook"] = dict(name=name, mime_prefix=GLUE_PREFIX)
+        display(
+            {GLUE_PREFIX + kind: data for kind, data in bundle.items()}, raw=True, metadata=metadata
+        )
 
 
 def power_of_ten(x):

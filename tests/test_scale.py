@@ -17,6 +17,7 @@ from toycore.data import SparseUniform
 from toycore.experiments import persian_rug as rug
 from toycore.experiments import polysemantic as poly
 from toycore.models import TiedBasisAutoencoder, ToyModel, UntiedAutoencoder
+from toycore.paths import REPO_ROOT
 
 NO_GPU = not torch.cuda.is_available()
 
@@ -301,6 +302,22 @@ def test_records_are_checked_written_and_read_back(tmp_path):
             records.write("99_example", record["rows"], record["provenance"], folder=tmp_path)
 
 
+def test_a_record_is_keyed_by_its_own_chapters_code():
+    """Each chapter's record carries the hash of the modules its notebook imports, so an edit
+    to chapter 5's experiments leaves chapters 1-4's records current."""
+    notebooks = sorted((REPO_ROOT / "chapters").glob("*.ipynb"))
+    assert sorted(records.CHAPTER_MODULES) == [notebook.stem for notebook in notebooks]
+    for notebook in notebooks:
+        module = records.CHAPTER_MODULES[notebook.stem]
+        package, name = module.rsplit(".", 1)
+        assert f"from {package} import {name} as ex" in notebook.read_text().replace("\\n", "")
+        assert records.chapter_code(notebook.stem) == cache.code_hash(module)
+    codes = {records.chapter_code(notebook.stem) for notebook in notebooks}
+    assert len(codes) == len(notebooks) and cache.code_hash() not in codes
+    given = records.provenance("05_persian_rug", "cpu", 1.0, 1)
+    assert given["code"] == cache.code_hash("toycore.experiments.persian_rug")
+
+
 def test_the_comparison_puts_each_claim_beside_its_recorded_verdict():
     here = {
         "99_example": [
@@ -311,7 +328,9 @@ def test_the_comparison_puts_each_claim_beside_its_recorded_verdict():
         "98_unrecorded": [{**_row("x", True, profile="ci"), "chapter": "98_unrecorded"}],
     }
     recorded = {"99_example": _record([_row("a", True), _row("b", False), _row("old", True)])}
-    text = book.paper_comparison(here, recorded, {"99_example": "Example"}, code="changed")
+    text = book.paper_comparison(
+        here, recorded, {"99_example": "Example"}, codes={"99_example": "changed"}
+    )
     example, unrecorded = text.split("### [98_unrecorded]")
     assert "recorded 2026-11-23 10:00 UTC on NVIDIA H100 80GB HBM3" in example
     assert "commit `0123456789`" in example and "2 of 3 reproduce" in example
@@ -322,7 +341,7 @@ def test_the_comparison_puts_each_claim_beside_its_recorded_verdict():
     assert "(explained)</td><td>not recorded</td>" in rows[2]
     assert "<td>not in this build</td><td>reproduces</td>" in rows[3]
     assert "has not been run for this chapter" in unrecorded and "<td>not run</td>" in unrecorded
-    same_code = book.paper_comparison(here, recorded, {}, code="c0de")
+    same_code = book.paper_comparison(here, recorded, {}, codes={"99_example": "c0de"})
     assert "code has changed" not in same_code
 
 

@@ -51,7 +51,6 @@ from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from papermill.exceptions import PapermillExecutionError
 
 from . import devices, offline, records, shards
-from .cache import code_hash
 from .claims import load_ledgers
 from .paths import REPO_ROOT
 from .paths import build_dir as default_build_dir
@@ -232,10 +231,11 @@ def _verdict(row):
     return "<strong>does not reproduce</strong>" + (" (explained)" if row["known_failure"] else "")
 
 
-def paper_comparison(ledgers, recorded, titles, code):
+def paper_comparison(ledgers, recorded, titles, codes):
     """The intro's claim-by-claim table: this build's verdict beside the paper profile's
     recorded one, with where and when that was recorded. ``recorded``: {chapter: record}
-    (``toycore.records.load``); ``code``: the current ``code_hash()``, to flag old records."""
+    (``toycore.records.load``); ``codes``: {chapter: its code's hash now}
+    (``toycore.records.chapter_code``), to flag records made with other code."""
     lines = []
     for stem in list(ledgers) + [stem for stem in recorded if stem not in ledgers]:
         rows = {row["id"]: row for row in ledgers.get(stem, [])}
@@ -254,8 +254,10 @@ def paper_comparison(ledgers, recorded, titles, code):
                 f"({given['chapters_at_once']} chapter(s) at a time): "
                 f"{sum(row['passed'] for row in paper.values())} of {len(paper)} reproduce."
             )
-            if given["code"] != code:
-                lines.append(" toycore's computing code has changed since this record was made.")
+            if given["code"] != codes.get(stem):
+                lines.append(
+                    " This chapter's computing code has changed since the record was made."
+                )
         build_profile = next(iter(rows.values()))["profile"] if rows else "?"
         table = [
             '<table class="paper-comparison"><tr><th>claim</th>'
@@ -587,7 +589,7 @@ def build(profile=None, build_dir=None, log=print, device=None, jobs=None, only=
                 rows = load_ledgers(claims).get(notebook.stem)
                 if not rows:
                     return
-                given = records.provenance(device, seconds, at_once)
+                given = records.provenance(notebook.stem, device, seconds, at_once)
                 kept = records.recorded_before(notebook.stem, rows, given)
                 if kept:  # every result came from the cache: the record's time is the real run's
                     log(f"  same results as the record of {kept['provenance']['recorded']}, kept")
@@ -618,11 +620,13 @@ def build(profile=None, build_dir=None, log=print, device=None, jobs=None, only=
             return None
         titles = {nb.stem: notebook_title(nb) for nb in notebooks}
         ledgers = {stem: ledgers[stem] for stem in titles}  # in the book's order
+        recorded = records.load()
+        codes = {stem: records.chapter_code(stem) for stem in recorded}
         intro = source / "intro.md"
         intro.write_text(
             intro.read_text()
             .replace(LEDGER_MARKER, ledger_summary(ledgers, titles))
-            .replace(PAPER_MARKER, paper_comparison(ledgers, records.load(), titles, code_hash()))
+            .replace(PAPER_MARKER, paper_comparison(ledgers, recorded, titles, codes))
         )
 
         log("rendering the HTML ...")

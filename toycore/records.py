@@ -8,9 +8,10 @@
      "rows": [the chapter's ledger rows, as Ledger.save writes them]}
 
 The folder is committed, so the intro page of any build can show, beside its own verdicts, what
-the texts' sizes gave, on which machine and when. ``code`` is the hash of toycore's computing
-modules at the time (``toycore.cache.code_hash()``): the intro says when the code has changed
-since a record was made.
+the texts' sizes gave, on which machine and when. ``code`` is the hash of the computing code
+that the chapter's results depend on (``chapter_code``: the shared modules and the chapter's own
+experiments and theory), so an edit to one chapter's code leaves the other chapters' records
+current; the intro says when a chapter's code has changed since its record was made.
 """
 
 import datetime
@@ -27,6 +28,14 @@ from .cache import code_hash
 from .paths import REPO_ROOT
 
 FOLDER = REPO_ROOT / "results" / "paper"
+# The experiments module each chapter runs (it imports the theory it uses).
+CHAPTER_MODULES = {
+    "01_linear_autoencoders": "toycore.experiments.linear",
+    "02_relu_output_model": "toycore.experiments.relu",
+    "03_incidental_polysemanticity": "toycore.experiments.polysemantic",
+    "04_sparsity_from_noise": "toycore.experiments.hidden_noise",
+    "05_persian_rug": "toycore.experiments.persian_rug",
+}
 PROVENANCE = (
     "commit",
     "uncommitted_changes",
@@ -65,14 +74,20 @@ def _git(*args):
         return None
 
 
-def provenance(device, wall_time_s, chapters_at_once):
-    """Where, when and with what a chapter ran: a dict with the keys of PROVENANCE."""
+def chapter_code(chapter):
+    """The hash of the code ``chapter``'s results depend on; a chapter without a module of its
+    own in CHAPTER_MODULES depends on every computing module."""
+    return code_hash(CHAPTER_MODULES.get(chapter))
+
+
+def provenance(chapter, device, wall_time_s, chapters_at_once):
+    """Where, when and with what ``chapter`` ran: a dict with the keys of PROVENANCE."""
     device = devices.resolve(device)
     changes = _git("status", "--porcelain", "--", "toycore", "chapters")
     return dict(
         commit=_git("rev-parse", "HEAD") or "unknown",
         uncommitted_changes=bool(changes) if changes is not None else None,
-        code=code_hash(),
+        code=chapter_code(chapter),
         device=devices.describe(device),
         device_type=device.type,
         torch=torch.__version__,

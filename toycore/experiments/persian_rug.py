@@ -237,16 +237,10 @@ def grid_runs(sizes, densities, ratios, seeds, *, max_steps=45_000, steps=None):
 
 
 @dataclass(frozen=True)
-class SweepPoint:
-    """The models of one ns in a size sweep, one per seed (S seeds)."""
+class SweepPoint(Models):
+    """The models of one ns in a size sweep: one instance per seed."""
 
     hidden: int  # nd
-    W: np.ndarray  # (S, ns, ns) W = W_out W_in
-    b: np.ndarray  # (S, ns)
-    loss: np.ndarray  # (S,) on fresh data
-    steps: np.ndarray  # (S,) steps trained
-    converged: np.ndarray  # (S,) stopped by the rule, not the cap
-    curves: np.ndarray  # (S, longest run) training loss, NaN after a run stopped
 
 
 def size_sweep(sizes, density, ratio, seeds, *, max_steps=45_000):

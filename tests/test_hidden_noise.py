@@ -1,6 +1,8 @@
 """Chapter 4: noise laws, the noisy tied model's closed form, appendix C by Monte Carlo, and the
 direction of the fourth-norm drift."""
 
+import itertools
+
 import numpy as np
 import pytest
 import torch
@@ -110,6 +112,8 @@ def test_compromising_encoding_is_found_on_a_hand_built_matrix():
     found = ex.compromising_encodings(W)
     assert len(found) == 1 and found[0].encoding == 3 and found[0].columns == [0, 1, 2]
     assert found[0].spread == pytest.approx(1.0)
+    # it also holds 0.3 in neuron 5, which nobody owns: significant, but not a shared neuron
+    assert found[0].significant == [0, 1, 2, 5]
     W[3, 1] = -0.45  # same sign as its owner: no longer the compromise the text describes
     assert ex.compromising_encodings(W) == []
 
@@ -139,3 +143,69 @@ def test_orders_of_magnitude_read_as_powers_of_ten():
     from toycore.plots import power_of_ten
 
     assert power_of_ten(1.28e8) == "10⁸" and power_of_ten(3e-5) == "10⁻⁵"
+
+
+def test_appendix_c_identities_are_exact_for_bipolar_noise_by_enumeration():
+    hidden, sigma, lr = 4, 0.3, 0.2
+    signs = np.array(
+        list(itertools.product((-1.0, 1.0), repeat=hidden))
+    )  # every ξ/σ, equally likely
+    xi = sigma * signs
+    encoding = np.array([0.7, -0.5, 0.4, 0.3])
+    encoding /= np.linalg.norm(encoding)
+    projection, norm = xi @ encoding, (xi**2).sum(-1)
+    stepped = encoding - lr * th.one_input_gradient(encoding, xi)
+    assert (stepped**2).sum(-1).mean() == pytest.approx(
+        th.stepped_squared_norm("bipolar", sigma, lr, hidden), rel=1e-12
+    )
+    assert (projection**2 * norm).mean() == pytest.approx(
+        th.projection_norm_moment("bipolar", sigma, hidden), rel=1e-12
+    )
+    fourth = (projection**4).mean()
+    assert fourth == pytest.approx(
+        th.projection_fourth_moment("bipolar", sigma, encoding), rel=1e-12
+    )
+    # the text's first line, factor 6 on ordered pairs, is too large by 3σ⁴(|W|₂⁴ - |W|₄⁴)
+    text = th.projection_fourth_moment("bipolar", sigma, encoding, pair_factor=6)
+    assert text - fourth == pytest.approx(3 * sigma**4 * (1 - (encoding**4).sum()), rel=1e-9)
+
+
+def test_monte_carlo_identities_agree_with_the_formulas_and_autograd():
+    ids = ex.appendix_c_identities(8, ["bipolar", "uniform", "laplace"], 0.1, 0.25, 20_000)
+    assert ids.gradient.max() < 1e-12
+    for z in (ids.stepped_z, ids.cross_z, ids.fourth_z):
+        assert np.abs(z).max() < 5
+    # the factor 6 is rejected wherever the encoding has pairs (not on e_1)
+    assert np.abs(ids.fourth_text_z[:, 1:]).min() > 10
+
+
+def test_the_kurtosis_term_grows_as_sigma_to_the_fourth():
+    power = ex.sigma_power(8, "bipolar", [0.05, 0.1], 0.001, 50_000)
+    assert power.exponent_error < 0.05
+    assert abs(power.exponent - 4) < 5 * power.exponent_error
+
+
+def test_rate_exponents_read_the_local_power_where_the_push_is_weakest():
+    steps = np.arange(0, 100_001, 10)
+
+    # steps to reach 1 = scale / value^k: the curve is step / time, one seed, one feature
+    def side(values, k, scale):
+        times = scale * np.asarray(values) ** -k
+        fourth = (steps[:, None] / times[None, :])[..., None, None]  # (records, values, 1, 1)
+        return ex.StrengthSide(np.asarray(values), steps, fourth, np.ones_like(fourth), None)
+
+    sweep = ex.StrengthSweep(
+        steps,
+        np.arange(1),
+        16,
+        0.02,
+        side([0.01, 0.1, 1.0], 1, 1e4),
+        side([0.05, 0.1, 0.2, 0.5], 4, 1.0),
+    )
+    rate = ex.rate_exponents(sweep, 1.0)
+    assert np.isnan(rate.l1_steps[0])  # 1e6 steps: beyond the run
+    assert rate.l1_exponent == pytest.approx(1, abs=0.01)
+    assert np.isnan(rate.sigma_steps[0])  # 1.6e5 steps
+    assert rate.sigma_exponent == pytest.approx(4, abs=0.05)
+    with pytest.raises(ValueError, match="two values"):
+        ex.local_exponent([0.1, 0.2], [np.nan, 5.0])

@@ -230,6 +230,14 @@ def time_to_level(steps, fourth, level):
     return float(steps[reached[0]]) if reached.size else np.nan
 
 
+def side_times(steps, side, level):
+    """Per λ or σ of a side of the strength sweep, the steps until its mean ‖W_i‖₄⁴ reaches
+    ``level``, NaN if never: (values,)."""
+    return np.array(
+        [time_to_level(steps, side.fourth[:, k], level) for k in range(len(side.values))]
+    )
+
+
 def power_law(x, y):
     """The fit y = c x^k through the finite points: (k, c)."""
     x, y = np.asarray(x, float), np.asarray(y, float)
@@ -238,6 +246,45 @@ def power_law(x, y):
         raise ValueError("a power law needs at least two finite positive points")
     k, log_c = np.polyfit(np.log(x[ok]), np.log(y[ok]), 1)
     return k, np.exp(log_c)
+
+
+def local_exponent(values, times):
+    """k in time ∝ value^-k between the two smallest values whose time is finite: the slope of
+    the time on a log-log scale where the push is weakest. values ascending, (values,)."""
+    reached = np.flatnonzero(np.isfinite(times))
+    if reached.size < 2:
+        raise ValueError("a local exponent needs two values that reach the level")
+    (v0, v1), (t0, t1) = np.asarray(values)[reached[:2]], np.asarray(times)[reached[:2]]
+    return float(-np.log(t1 / t0) / np.log(v1 / v0))
+
+
+@dataclass(frozen=True)
+class RateExponents:
+    """How the time to sparsify grows as each side's push weakens, in Figure 5's runs."""
+
+    level: float  # the mean ‖W_i‖₄⁴ both sides must reach
+    l1s: np.ndarray  # (l1s,) the λs of the l1 side
+    l1_steps: np.ndarray  # (l1s,) steps to the level; NaN: never within the run
+    sigmas: np.ndarray  # (sigmas,) the σs of the noise side
+    sigma_steps: np.ndarray  # (sigmas,) steps to the level; NaN: never within the run
+    l1_exponent: float  # k in steps ∝ λ^-k between the two smallest λ that reach the level
+    sigma_exponent: float  # k in steps ∝ σ^-k between the two smallest σ that reach the level
+
+
+def rate_exponents(sweep, level):
+    """Steps until the mean ‖W_i‖₄⁴ reaches ``level`` at each λ and σ of the strength sweep, and
+    on each side the local exponent k (steps ∝ value^-k) where the push is weakest."""
+    l1_steps = side_times(sweep.steps, sweep.l1, level)
+    sigma_steps = side_times(sweep.steps, sweep.noise, level)
+    return RateExponents(
+        level=level,
+        l1s=sweep.l1.values,
+        l1_steps=l1_steps,
+        sigmas=sweep.noise.values,
+        sigma_steps=sigma_steps,
+        l1_exponent=local_exponent(sweep.l1.values, l1_steps),
+        sigma_exponent=local_exponent(sweep.noise.values, sigma_steps),
+    )
 
 
 @dataclass(frozen=True)
@@ -259,13 +306,9 @@ def noise_time_law(sweep, level, largest=0.2, target=0.01):
     power law fitted where reached, and the steps that σ⁻⁴ (the mildest growth the push allows)
     predicts at ``target`` from the smallest σ that reached the level."""
     noise = sweep.noise
-    sigmas = np.array([s for s in noise.values if s <= largest], dtype=float)
-    steps_to = np.array(
-        [
-            time_to_level(sweep.steps, noise.fourth[:, list(noise.values).index(s)], level)
-            for s in sigmas
-        ]
-    )
+    kept = noise.values <= largest
+    sigmas = noise.values[kept].astype(float)
+    steps_to = side_times(sweep.steps, noise, level)[kept]
     reached = np.isfinite(steps_to)
     exponent, constant = power_law(sigmas[reached], steps_to[reached])
     smallest = sigmas[reached][0]
@@ -335,6 +378,7 @@ class CompromisingEncoding:
     fourth: float  # its ‖W_i‖₄⁴
     columns: list[int]  # (shared,) the owned neurons j where it opposes the owner's sign
     spread: float  # max/min |W_ij| over those columns
+    significant: list[int]  # (significant,) every neuron j, owned or not, with |W_ij| >= share
 
 
 def compromising_encodings(W, level=0.2, owner=0.5, share=0.1):
@@ -344,7 +388,8 @@ def compromising_encodings(W, level=0.2, owner=0.5, share=0.1):
     coordinate that another encoding owns (|W_i'j| >= ``owner``) it holds a weight of at least
     ``share`` with the sign opposite to the owner's. W: (n, m). Returns one record per such
     encoding: its index, fourth norm, the owned coordinates it shares, and the spread of its
-    shares (max/min |weight| over them; the text: "comparable absolute values")."""
+    shares (max/min |weight| over them; the text: "comparable absolute values"), and every neuron
+    in which it holds at least ``share``, whoever owns it."""
     W = np.asarray(W)
     owners = np.abs(W).argmax(0)
     owned = np.abs(W).max(0) >= owner
@@ -368,6 +413,7 @@ def compromising_encodings(W, level=0.2, owner=0.5, share=0.1):
                     fourth=float(f4),
                     columns=columns,
                     spread=float(sizes.max() / sizes.min()),
+                    significant=[int(j) for j in np.flatnonzero(np.abs(W[i]) >= share)],
                 )
             )
     return found
@@ -471,6 +517,134 @@ def kurtosis_check(hidden, kinds, sigma, lrs, samples, seed=0):
         error=error,
         text=text,
         ours=ours,
+    )
+
+
+@dataclass(frozen=True)
+class SigmaPower:
+    """The σ-dependence of appendix C's term: the sparse-minus-dense next-step loss at two σs."""
+
+    kind: str  # the noise law
+    sigmas: np.ndarray  # (2,) the two σs
+    lr: float  # the learning rate η
+    measured: np.ndarray  # (2,) the Monte Carlo difference, sparse minus dense
+    error: np.ndarray  # (2,) its standard error
+    exponent: float  # log(measured ratio) / log(σ ratio)
+    exponent_error: float  # its standard error, from the two above
+
+
+@cached
+def sigma_power(hidden, kind, sigmas, lr, samples, seed=0):
+    """The next-step loss of the sparse minus the dense encoding at two σs (``next_step_loss``)
+    and the power of σ it grows with, ± its standard error."""
+    kind = check_noise(kind)
+    if len(sigmas) != 2:
+        raise ValueError(f"sigma_power needs two σs; got {len(sigmas)}")
+    measured, error = np.zeros(2), np.zeros(2)
+    for i, sigma in enumerate(sigmas):
+        (a, sa), (b, sb) = (
+            next_step_loss(e, kind, sigma, lr, samples, seed + k)
+            for k, e in enumerate(sparse_and_dense(hidden))
+        )
+        measured[i], error[i] = a - b, np.hypot(sa, sb)
+    span = np.log(sigmas[1] / sigmas[0])
+    return SigmaPower(
+        kind=kind,
+        sigmas=np.array(sigmas),
+        lr=lr,
+        measured=measured,
+        error=error,
+        exponent=float(np.log(measured[1] / measured[0]) / span),
+        exponent_error=float(np.hypot(*(error / measured)) / span),
+    )
+
+
+@dataclass(frozen=True)
+class Identities:
+    """Appendix C's intermediate identities against Monte Carlo, per law and unit encoding;
+    z: (Monte Carlo mean - formula) / its standard error."""
+
+    kinds: list[str]  # (laws,) the noise laws
+    encodings: np.ndarray  # (encodings, hidden) sparse e_1, dense (1, ..., 1)/√m, random
+    sigma: float  # the noise σ
+    lr: float  # the learning rate η of the step
+    gradient: np.ndarray  # (laws, encodings) max |autograd - 2(W·ξ)(2W + ξ)| over draws
+    stepped: np.ndarray  # (laws, encodings) E|W'|², Monte Carlo
+    stepped_error: np.ndarray  # (laws, encodings) its standard error
+    stepped_z: np.ndarray  # (laws, encodings) against 1 - 4η(1 - 4η)σ² + 4η²(μ₄ + (m-1)σ⁴)
+    cross: np.ndarray  # (laws, encodings) E[(W·ξ)²|ξ|²], Monte Carlo
+    cross_z: np.ndarray  # (laws, encodings) against |W|²(μ₄ + (m - 1)σ⁴)
+    fourth_z: np.ndarray  # (laws, encodings) E[(W·ξ)⁴] against 3σ⁴|W|₂⁴ + |W|₄⁴(μ₄ - 3σ⁴)
+    fourth_text_z: np.ndarray  # (laws, encodings) against the text's first line, factor 6
+
+
+def _standard_error(samples):
+    """The standard error of the mean of draws (samples,), at least 1e-12 of the mean: draws
+    with no spread (bipolar noise on e_1) are exact up to rounding."""
+    return max(float(samples.std()) / len(samples) ** 0.5, 1e-12 * abs(float(samples.mean())))
+
+
+def _z(samples, expected):
+    """(mean - expected) / standard error of the mean, for draws (samples,)."""
+    return (float(samples.mean()) - expected) / _standard_error(samples)
+
+
+@cached
+def appendix_c_identities(hidden, kinds, sigma, lr, samples, seed=0):
+    """Appendix C's steps for one unit encoding W with no interference, each by Monte Carlo over
+    ξ: the model's gradient on e_1 (autograd) against 2(W·ξ)(2W + ξ), and the means of |W'|²
+    after that SGD step, of (W·ξ)²|ξ|² and of (W·ξ)⁴, against the text's formulas."""
+    kinds = [check_noise(k) for k in kinds]
+    check_size("samples", samples, minimum=100)
+    sparse, dense = sparse_and_dense(hidden)
+    spread = torch.randn(hidden, generator=generator(seed, "encoding"), dtype=DTYPE)
+    encodings = [sparse, dense, spread / spread.norm()]
+    shape = (len(kinds), len(encodings))
+    fields = {
+        name: np.zeros(shape)
+        for name in (
+            "gradient",
+            "stepped",
+            "stepped_error",
+            "stepped_z",
+            "cross",
+            "cross_z",
+            "fourth_z",
+            "text",
+        )
+    }
+    for (i, kind), (j, encoding) in itertools.product(enumerate(kinds), enumerate(encodings)):
+        xi = standard_noise(kind, (samples, hidden), generator(seed + j, kind), DTYPE) * sigma
+        W = encoding.expand(samples, 1, hidden).clone().requires_grad_()
+        tied_basis_reference_loss(W, 0.0, xi).sum().backward()
+        gradient = W.grad[:, 0]
+        stepped = (W.detach()[:, 0] - lr * gradient).square().sum(-1)
+        projection, norm = xi @ encoding, xi.square().sum(-1)
+        cross = projection**2 * norm
+        fields["gradient"][i, j] = float(
+            (gradient - th.one_input_gradient(encoding, xi)).abs().max()
+        )
+        fields["stepped"][i, j] = float(stepped.mean())
+        # minus -8η W·ξ, whose mean is 0 by the symmetry of the law: the same mean, with the
+        # fluctuation at first order in η removed
+        adjusted = stepped + 8 * lr * projection
+        fields["stepped_error"][i, j] = _standard_error(adjusted)
+        fields["stepped_z"][i, j] = _z(adjusted, th.stepped_squared_norm(kind, sigma, lr, hidden))
+        fields["cross"][i, j] = float(cross.mean())
+        fields["cross_z"][i, j] = _z(cross, th.projection_norm_moment(kind, sigma, hidden))
+        fields["fourth_z"][i, j] = _z(
+            projection**4, th.projection_fourth_moment(kind, sigma, encoding.numpy())
+        )
+        fields["text"][i, j] = _z(
+            projection**4, th.projection_fourth_moment(kind, sigma, encoding.numpy(), 6)
+        )
+    return Identities(
+        kinds=kinds,
+        encodings=torch.stack(encodings).numpy(),
+        sigma=sigma,
+        lr=lr,
+        fourth_text_z=fields.pop("text"),
+        **fields,
     )
 
 

@@ -67,3 +67,51 @@ def noisy_squared_norm(sigma):
     """The |W_i|² that minimises E(|W_i|² - 1 + W_i·ξ)² = (|W_i|² - 1)² + σ²|W_i|², the loss on
     e_i when the ReLU stays on and nothing interferes: 1 - σ²/2 (0 beyond σ = √2)."""
     return np.maximum(1 - np.asarray(check_range("sigma", sigma, 0)) ** 2 / 2, 0.0)
+
+
+# --- appendix C's intermediate identities, for an encoding W_i with no interference ----------
+
+
+def one_input_gradient(encoding, xi):
+    """Appendix C's gradient of the loss on e_i with respect to W_i while the ReLU stays on:
+    2 (W_i·ξ)(2 W_i + ξ). encoding: (hidden,); xi: (..., hidden) -> (..., hidden)."""
+    projection = (xi * encoding).sum(-1, keepdims=True)  # W_i·ξ, (..., 1)
+    return 2 * projection * (2 * encoding + xi)
+
+
+def noise_moments(kind, sigma):
+    """The variance σ² and the fourth central moment μ₄ of law ``kind`` at strength σ."""
+    check_range("sigma", sigma, 0)
+    return sigma**2, STANDARD_MOMENTS[check_noise(kind)][0] * sigma**4
+
+
+def projection_norm_moment(kind, sigma, hidden, squared_norm=1.0):
+    """Appendix C: E[(W_i·ξ)² |ξ|²] = |W_i|² (μ₄ + (m - 1) σ⁴), whatever W_i's direction."""
+    variance, mu4 = noise_moments(kind, sigma)
+    return squared_norm * (mu4 + (check_size("hidden", hidden) - 1) * variance**2)
+
+
+def projection_fourth_moment(kind, sigma, encoding, pair_factor=3):
+    """Appendix C: E[(W_i·ξ)⁴] = 3σ⁴|W_i|₂⁴ + |W_i|₄⁴ (μ₄ - 3σ⁴). With ``pair_factor`` = 6, the
+    text's first line, whose factor 6 belongs to unordered pairs but multiplies a sum over
+    ordered ones: (pair_factor - 3) σ⁴ (|W_i|₂⁴ - |W_i|₄⁴) more."""
+    variance, mu4 = noise_moments(kind, sigma)
+    encoding = np.asarray(encoding)
+    l2, l4 = (encoding**2).sum() ** 2, (encoding**4).sum()
+    return (
+        3 * variance**2 * l2
+        + l4 * (mu4 - 3 * variance**2)
+        + (pair_factor - 3) * variance**2 * (l2 - l4)
+    )
+
+
+def stepped_squared_norm(kind, sigma, lr, hidden):
+    """Appendix C: E|W_i'|² after one SGD step W_i' = W_i - 2η (W_i·ξ)(2W_i + ξ) from a unit
+    encoding, exact in η: 1 - 4η(1 - 4η)σ² + 4η² (μ₄ + (m - 1)σ⁴) (the text's "±" is "+")."""
+    variance, _ = noise_moments(kind, sigma)
+    check_range("lr", lr, 0, low_open=True)
+    return (
+        1
+        - 4 * lr * (1 - 4 * lr) * variance
+        + 4 * lr**2 * projection_norm_moment(kind, sigma, hidden)
+    )

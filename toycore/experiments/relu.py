@@ -280,31 +280,34 @@ def linear_expansion(features, hidden, sparsities, draws, samples, *, decay, see
     check_size("samples", samples, minimum=2)
     g = generator(seed, "random linear models")
     scale = torch.linspace(0.5, 1.5, draws, dtype=DTYPE)[:, None, None] / hidden**0.5
-    W = (torch.randn(draws, hidden, features, generator=g, dtype=DTYPE) * scale).repeat(
-        len(sparsities), 1, 1
-    )
-    S = torch.tensor(np.repeat(sparsities, draws), dtype=DTYPE)
-    importance = importance_profile(features, decay).expand(len(S), features)
-    x = SparseUniform(
-        [seed] * len(S), features, S.tolist(), device="cpu", dtype=DTYPE, purpose="evaluation"
-    ).sample(samples)
-    zero, best = torch.zeros_like(importance), th.best_linear_bias(W, S)
-    direct = toy_sample_loss(W, zero, importance, x, "linear")
-    best_direct = toy_sample_loss(W, best, importance, x, "linear")
+    W = torch.randn(draws, hidden, features, generator=g, dtype=DTYPE) * scale
+    importance = importance_profile(features, decay).expand(draws, features)
+    zero = torch.zeros_like(importance)
     expansion, cross = th.linear_terms(W, importance)
-    grid = lambda values: np.asarray(values).reshape(len(sparsities), draws)  # noqa: E731
+    rows = []
+    for S in sparsities:  # one sparsity at a time: the inputs are (draws, samples, features)
+        x = SparseUniform([seed], features, S, device="cpu", dtype=DTYPE, purpose="evaluation")
+        x = x.sample(samples).expand(draws, samples, features)
+        best = th.best_linear_bias(W, S)
+        direct = toy_sample_loss(W, zero, importance, x, "linear")
+        best_direct = toy_sample_loss(W, best, importance, x, "linear")
+        rows.append(
+            dict(
+                expansion=expansion,
+                cross=cross,
+                identity=th.linear_loss_by_expansion(W, importance, S),
+                moments=th.linear_loss(W, zero, importance, S),
+                direct=direct.mean(-1),
+                direct_error=direct.std(-1) / samples**0.5,
+                best_identity=th.linear_loss_by_expansion(W, importance, S, best_bias=True),
+                best_moments=th.linear_loss(W, best, importance, S),
+                best_direct=best_direct.mean(-1),
+                best_direct_error=best_direct.std(-1) / samples**0.5,
+            )
+        )
     return LinearExpansion(
         sparsities=np.asarray(sparsities),
-        expansion=grid(expansion),
-        cross=grid(cross),
-        identity=grid(th.linear_loss_by_expansion(W, importance, S)),
-        moments=grid(th.linear_loss(W, zero, importance, S)),
-        direct=grid(direct.mean(-1)),
-        direct_error=grid(direct.std(-1) / samples**0.5),
-        best_identity=grid(th.linear_loss_by_expansion(W, importance, S, best_bias=True)),
-        best_moments=grid(th.linear_loss(W, best, importance, S)),
-        best_direct=grid(best_direct.mean(-1)),
-        best_direct_error=grid(best_direct.std(-1) / samples**0.5),
+        **{name: torch.stack([row[name] for row in rows]).numpy() for name in rows[0]},
     )
 
 

@@ -127,6 +127,49 @@ def test_linear_loss_matches_monte_carlo():
     assert torch.all((losses.mean(-1) - th.linear_loss(W, b, importance, S)).abs() < 4 * error)
 
 
+def test_linear_expansion_is_the_loss_up_to_moments_and_cross_terms():
+    W, _, importance = random_model(features=5, hidden=2, instances=3)
+    S = torch.tensor([0.0, 0.6, 0.95], dtype=DTYPE)
+    gram = W.transpose(-1, -2) @ W
+    norms = torch.diagonal(gram, dim1=-2, dim2=-1)
+    off = ~torch.eye(5, dtype=torch.bool)
+    text = (importance * (1 - norms) ** 2).sum(-1) + (importance[:, None, :] * gram**2 * off).sum(
+        (-1, -2)
+    )
+    expansion, cross = th.linear_terms(W, importance)
+    torch.testing.assert_close(expansion, text, rtol=1e-12, atol=0)
+    zero = torch.zeros_like(importance)
+    torch.testing.assert_close(
+        th.linear_loss_by_expansion(W, importance, S),
+        th.linear_loss(W, zero, importance, S),
+        rtol=1e-12,
+        atol=0,
+    )
+    best = th.best_linear_bias(W, S)
+    at_best = th.linear_loss(W, best, importance, S)
+    torch.testing.assert_close(
+        th.linear_loss_by_expansion(W, importance, S, best_bias=True), at_best, rtol=1e-12, atol=0
+    )
+    torch.testing.assert_close(
+        at_best,
+        S.new_tensor([1 / 3 - 1 / 4, 0.4 / 3 - 0.04, 0.05 / 3 - 0.05**2 / 4]) * expansion,
+        rtol=1e-12,
+        atol=0,
+    )
+    for nudge in (-1e-3, 1e-3):  # the best bias is a minimum
+        assert torch.all(th.linear_loss(W, best + nudge, importance, S) > at_best)
+    assert torch.all(cross.abs() > 1e-3)  # nonzero-mean features: b = 0 is not Var × expansion
+
+
+def test_linear_expansion_identities_agree_with_monte_carlo():
+    result = ex.linear_expansion(5, 2, [0.0, 0.9], 4, 20_000, decay=0.9)
+    assert result.direct.shape == (2, 4)
+    assert np.all(np.abs(result.direct - result.identity) < 4 * result.direct_error)
+    assert np.all(np.abs(result.best_direct - result.best_identity) < 4 * result.best_direct_error)
+    np.testing.assert_allclose(result.identity, result.moments, rtol=1e-12)
+    np.testing.assert_allclose(result.best_identity, result.best_moments, rtol=1e-12)
+
+
 def small_sweep():
     W, b, importance = random_model(features=4, hidden=2, instances=2, seed=1)
     grid = (2, 1)
@@ -251,3 +294,88 @@ def test_packing_energy_of_the_pentagon_and_its_minimisation():
 def test_two_or_more_active_sums_the_patterns_beyond_l0_and_l1(n, S):
     by_pattern = sum((1 - S) ** k * S ** (n - k) * math.comb(n, k) for k in range(2, n + 1))
     assert float(th.two_or_more_active(n, S)) == pytest.approx(by_pattern, rel=1e-9)
+
+
+# --- feature benefit --------------------------------------------------------------------------
+
+
+def test_relu_never_makes_the_benefit_lost_worse_and_helps_below_zero():
+    # |W_i|^2 + b_i = 0.5, 0 and -0.3: the ReLU changes only the last
+    W = torch.tensor([[[1.0, 0.5, 0.0]]], dtype=DTYPE)
+    b = torch.tensor([[-0.5, -0.25, -0.3]], dtype=DTYPE)
+    ones = torch.ones(1, 3, dtype=DTYPE)
+    with_relu, _ = th.one_sparse_at_one(W, b, ones)
+    without, _ = th.one_sparse_at_one(W, b, ones, relu=False)
+    torch.testing.assert_close(with_relu, torch.tensor([[0.25, 1.0, 1.0]], dtype=DTYPE))
+    torch.testing.assert_close(without, torch.tensor([[0.25, 1.0, 1.69]], dtype=DTYPE))
+    result = ex.benefit_without_relu(small_sweep(), random=6)
+    assert result.at_one.shape == result.integrated.shape == (2 + 6, 4)
+    assert result.at_one.max() <= 0 and result.integrated.max() <= 1e-15
+    assert 0 < result.helped < 1 and result.at_one.min() < 0
+
+
+def test_linear_one_sparse_terms_match_quadrature():
+    W, b, importance = random_model()
+    benefit, interference = th.one_sparse_terms(W, b, importance, relu=False)
+    x = torch.linspace(0, 1, 20001, dtype=DTYPE)
+    gram = W.transpose(-1, -2) @ W
+    norms = torch.diagonal(gram, dim1=-2, dim2=-1)
+    residual = x - (norms[..., None] * x + b[..., None])
+    expected = importance * torch.trapezoid(residual**2, x)
+    torch.testing.assert_close(benefit, expected, rtol=1e-7, atol=0)
+    pre = gram[..., None] * x + b[:, None, :, None]
+    expected = importance[:, None, :] * torch.trapezoid(pre**2, x)
+    off = ~torch.eye(4, dtype=torch.bool)
+    torch.testing.assert_close(interference[:, off], expected[:, off], rtol=1e-7, atol=0)
+
+
+def test_relu_against_linear_is_zero_where_no_output_is_clipped():
+    sweep = small_sweep()
+    W = torch.zeros_like(sweep.W)
+    fields = dict(sweep.__dict__, W=W, b=sweep.b.abs())  # outputs ReLU(b) = b > 0
+    relu = ex.Sweep(**fields)
+    linear = ex.Sweep(**(fields | dict(output="linear")))
+    gap, error = ex.relu_against_linear(relu, linear, samples=1000)
+    np.testing.assert_allclose(gap, 0, atol=1e-15)
+    assert gap.shape == error.shape == (2, 1)
+    negative = ex.Sweep(**(fields | dict(b=-sweep.b.abs())))  # the ReLU clips b < 0 to 0
+    gap, _ = ex.relu_against_linear(
+        negative, ex.Sweep(**(fields | dict(b=-sweep.b.abs(), output="linear"))), 1000
+    )
+    assert np.all(gap < 0)
+    with pytest.raises(ValueError, match="ReLU sweep and then a linear sweep"):
+        ex.relu_against_linear(linear, relu, 10)
+
+
+def test_unrepresented_bias_picks_the_left_out_features():
+    sweep = small_sweep()
+    W = sweep.W.clone()
+    W[0, 0, :, 1] = 0.05  # |W_1| = 0.07 < 0.1 in the first model only
+    result = ex.unrepresented_bias(ex.Sweep(**(sweep.__dict__ | dict(W=W))), batch=100)
+    assert result.bias.tolist() == [sweep.b[0, 0, 1].item()]
+    np.testing.assert_allclose(result.mean, [(1 - 0.3) / 2])
+    np.testing.assert_allclose(result.noise, [((0.7 / 3 - 0.7**2 / 4) / 100) ** 0.5])
+    np.testing.assert_allclose(result.sparsity, [0.3])
+
+
+def test_figure_shapes_reads_the_figure_sparsities():
+    sweep = ex.Sweep(
+        **(
+            small_sweep().__dict__
+            | dict(sparsities=np.array([0.0, 0.8, 0.9]), seeds=np.array([0, 1]))
+        )
+    )
+    shapes = [
+        ["orthogonal pair", "other"],
+        ["other", "antipodal pairs"],
+        ["pentagon", "pentagon"],
+    ]
+    loss = np.array([[1.0, 2.0], [1.0, 2.0], [2.0, 1.0]])
+    found = ex.figure_shapes(sweep, shapes, loss)
+    assert found == {
+        0.0: ("orthogonal pair", 0.5, shapes[0]),
+        0.8: ("other", 0.5, shapes[1]),
+        0.9: ("pentagon", 1.0, shapes[2]),
+    }
+    with pytest.raises(ValueError, match="no sparsity 0.0"):
+        ex.figure_shapes(small_sweep(), shapes, loss)

@@ -70,27 +70,30 @@ RELU = dict(
         seeds=range(2),
         steps=1500,  # AdamW steps of the classic pictures
         lr=1e-2,
-        classic_density=[1.0, 0.22, 0.05],  # 1 - S of the n=5, m=2 pictures
+        # 1 - S of the n=5, m=2 pictures, with the 0.2 and 0.1 of Elhage et al.'s figure
+        classic_density=[1.0, 0.2, 0.1, 0.05],
         # the sweep over sparsity: importance decay^i, 1 - S from dense to sparse
         wide=dict(n=12, m=3, decay=0.7, density=[1.0, 0.1, 0.003], steps=3000),
         # learned directions against the best of `restarts` packings, per (n, m) in shapes
         packing=dict(shapes=[(5, 2)], S=0.95, restarts=16, steps=1000),
         samples=4096,  # Monte Carlo samples per term of the pattern expansion
+        random_models=16,  # random W (and b) per sparsity for the exact identities
     ),
     cpu=dict(
         seeds=range(4),
         steps=5000,
         lr=3e-3,
-        classic_density=list(20 ** -np.linspace(0, 1, 7)),
+        classic_density=sorted({*map(float, 20 ** -np.linspace(0, 1, 7)), 0.2, 0.1}, reverse=True),
         wide=dict(n=20, m=5, decay=0.7, steps=5000, density=[1, 0.3, 0.1, 0.03, 0.01, 0.003]),
         packing=dict(shapes=[(5, 2), (7, 3), (8, 3), (10, 3)], S=0.95, restarts=64, steps=2000),
         samples=16384,
+        random_models=32,
     ),
     paper=dict(
         seeds=range(8),
         steps=10000,
         lr=1e-3,
-        classic_density=list(20 ** -np.linspace(0, 1, 10)),
+        classic_density=sorted({*map(float, 20 ** -np.linspace(0, 1, 10)), 0.2, 0.1}, reverse=True),
         wide=dict(
             n=20, m=5, decay=0.7, density=[1, 0.3, 0.1, 0.03, 0.01, 0.003, 0.001], steps=10000
         ),
@@ -101,6 +104,7 @@ RELU = dict(
             steps=4000,
         ),
         samples=65536,
+        random_models=64,
     ),
 )
 

@@ -13,7 +13,7 @@ import torch
 
 from ..cache import cached
 from ..checks import check_range, check_size
-from ..data import SparseUniform, prefetch_for
+from ..data import SparseUniform, prefetch_for, sparse_moments
 from ..models import ToyModel, toy_sample_loss
 from ..profiles import select
 from ..seeding import generator
@@ -251,6 +251,141 @@ def interference_split(sweep):
     )
 
 
+@dataclass(frozen=True)
+class LinearExpansion:
+    """The linear model's loss for random W, exactly and by Monte Carlo, next to the text's
+    expansion and the exact identities built on it (b = 0 and the best bias)."""
+
+    sparsities: np.ndarray  # (sparsities,)
+    expansion: np.ndarray  # (sparsities, draws) Σ_i I_i (1-|W_i|^2)^2 + Σ_{i≠j} I_j (W_j·W_i)^2
+    cross: np.ndarray  # (sparsities, draws) the cross terms Σ_j I_j Σ_{i≠k} R_ji R_jk
+    identity: np.ndarray  # (sparsities, draws) b = 0: E[x^2] expansion + E[x]^2 cross
+    moments: np.ndarray  # (sparsities, draws) b = 0: th.linear_loss, from mean and variance
+    direct: np.ndarray  # (sparsities, draws) b = 0: Monte Carlo loss
+    direct_error: np.ndarray  # (sparsities, draws) its standard error
+    best_identity: np.ndarray  # (sparsities, draws) best bias: Var(x) expansion
+    best_moments: np.ndarray  # (sparsities, draws) best bias: th.linear_loss
+    best_direct: np.ndarray  # (sparsities, draws) best bias: Monte Carlo loss
+    best_direct_error: np.ndarray  # (sparsities, draws) its standard error
+
+
+def linear_expansion(features, hidden, sparsities, draws, samples, *, decay, seed=0):
+    """Check the text's expansion of the linear model's loss on ``draws`` random W (columns of
+    norm about 0.5 to 1.5) at every sparsity: the exact identities of
+    ``th.linear_loss_by_expansion`` against the loss from the data's moments and a direct Monte
+    Carlo estimate (``samples`` inputs, the same for every W at one sparsity).
+    Arrays are (sparsities, draws).
+    """
+    check_size("draws", draws)
+    check_size("samples", samples, minimum=2)
+    g = generator(seed, "random linear models")
+    scale = torch.linspace(0.5, 1.5, draws, dtype=DTYPE)[:, None, None] / hidden**0.5
+    W = torch.randn(draws, hidden, features, generator=g, dtype=DTYPE) * scale
+    importance = importance_profile(features, decay).expand(draws, features)
+    zero = torch.zeros_like(importance)
+    expansion, cross = th.linear_terms(W, importance)
+    rows = []
+    for S in sparsities:  # one sparsity at a time: the inputs are (draws, samples, features)
+        x = SparseUniform([seed], features, S, device="cpu", dtype=DTYPE, purpose="evaluation")
+        x = x.sample(samples).expand(draws, samples, features)
+        best = th.best_linear_bias(W, S)
+        direct = toy_sample_loss(W, zero, importance, x, "linear")
+        best_direct = toy_sample_loss(W, best, importance, x, "linear")
+        rows.append(
+            dict(
+                expansion=expansion,
+                cross=cross,
+                identity=th.linear_loss_by_expansion(W, importance, S),
+                moments=th.linear_loss(W, zero, importance, S),
+                direct=direct.mean(-1),
+                direct_error=direct.std(-1) / samples**0.5,
+                best_identity=th.linear_loss_by_expansion(W, importance, S, best_bias=True),
+                best_moments=th.linear_loss(W, best, importance, S),
+                best_direct=best_direct.mean(-1),
+                best_direct_error=best_direct.std(-1) / samples**0.5,
+            )
+        )
+    return LinearExpansion(
+        sparsities=np.asarray(sparsities),
+        **{name: torch.stack([row[name] for row in rows]).numpy() for name in rows[0]},
+    )
+
+
+@dataclass(frozen=True)
+class BenefitWithoutRelu:
+    """Feature benefit lost, with the ReLU minus without it, for the same W and b."""
+
+    at_one: np.ndarray  # (models, features) I_i [(1 - ReLU(z))^2 - (1 - z)^2], z = |W_i|^2 + b_i
+    integrated: np.ndarray  # (models, features) the same, integrated over x_i ∈ [0, 1]
+    helped: float  # share of features where the ReLU strictly lowers the loss at x_i = 1
+
+
+def benefit_without_relu(sweep, random, seed=0):
+    """The feature-benefit part of L_1 with the ReLU minus the same part for a linear output with
+    the same W and b (never positive if the ReLU never makes feature benefit worse), for every
+    model of ``sweep`` and ``random`` random models of the same size (``random_models``)."""
+    W, b, importance, _ = _flat(sweep)
+    drawn = random_models(sweep.features, sweep.hidden, random, seed)
+    W, b, importance = (torch.cat(pair) for pair in zip((W, b, importance), drawn))
+    at_one = [th.one_sparse_at_one(W, b, importance, relu=relu)[0] for relu in (True, False)]
+    integrated = [th.one_sparse_terms(W, b, importance, relu=relu)[0] for relu in (True, False)]
+    return BenefitWithoutRelu(
+        at_one=(at_one[0] - at_one[1]).numpy(),
+        integrated=(integrated[0] - integrated[1]).numpy(),
+        helped=float((at_one[0] < at_one[1]).double().mean()),
+    )
+
+
+def random_models(features, hidden, models, seed=0):
+    """Random W (models, hidden, features), columns of norm about 0 to 1.5, and biases b
+    (models, features) ~ N(0, 0.5^2) of both signs, with importance 1, in float64."""
+    g = generator(seed, "random relu models")
+    scale = torch.linspace(0, 1.5, models, dtype=DTYPE)[:, None, None] / hidden**0.5
+    W = torch.randn(models, hidden, features, generator=g, dtype=DTYPE) * scale
+    b = torch.randn(models, features, generator=g, dtype=DTYPE) * 0.5
+    return W, b, torch.ones(models, features, dtype=DTYPE)
+
+
+def relu_against_linear(relu, linear, samples, seed=0):
+    """Each trained ReLU model's loss relative to the trained linear model of the same sparsity
+    and seed, L_ReLU / L_linear - 1, both on the same fresh inputs, and the standard error of
+    that paired estimate: two (sparsities, seeds) arrays."""
+    if relu.output != "relu" or linear.output != "linear":
+        raise ValueError("relu_against_linear needs a ReLU sweep and then a linear sweep")
+    ours, theirs = (_evaluation_losses(sweep, samples, seed) for sweep in (relu, linear))
+    gap = ours.mean(-1) / theirs.mean(-1) - 1
+    error = (ours - theirs).std(-1) / samples**0.5 / theirs.mean(-1)
+    return _grid(relu, gap), _grid(relu, error)
+
+
+UNREPRESENTED = 0.1  # W_i ≈ 0: |W_i| below a tenth of a represented feature's norm, ours
+
+
+@dataclass(frozen=True)
+class UnrepresentedBias:
+    """The bias of every feature a trained model leaves out (|W_i| < 0.1), with E[x_i]."""
+
+    bias: np.ndarray  # (found,) b_i
+    mean: np.ndarray  # (found,) E[x_i] = (1 - S) / 2 at the model's sparsity
+    noise: np.ndarray  # (found,) sqrt(Var(x_i) / batch), the noise of one batch's mean of x_i
+    sparsity: np.ndarray  # (found,) the model's S
+
+
+def unrepresented_bias(sweep, batch=1024):
+    """The biases of the features with |W_i| < ``UNREPRESENTED`` in every model of ``sweep``,
+    next to E[x_i] and the noise of a training batch's mean of x_i, as flat (found,) arrays."""
+    W, b, _, S = _flat(sweep)
+    left_out = torch.as_tensor(W).norm(dim=-2) < UNREPRESENTED
+    S = S[:, None].expand_as(b)[left_out]
+    moments = sparse_moments(S)
+    return UnrepresentedBias(
+        bias=b[left_out].numpy(),
+        mean=moments["mean"].numpy(),
+        noise=(moments["variance"] / batch).sqrt().numpy(),
+        sparsity=S.numpy(),
+    )
+
+
 # --- 3. linear against ReLU output ------------------------------------------------------------
 
 
@@ -290,6 +425,25 @@ def planar_shape(w, tolerance=5.0):
     if len(angles) == 5 and regular(72):
         return "pentagon"
     return "other"
+
+
+# The panels of Elhage et al.'s introductory figure (n = 5, m = 2): sparsity S -> arrangement
+FIGURE_SHAPES = {0.0: "orthogonal pair", 0.8: "antipodal pairs", 0.9: "pentagon"}
+
+
+def figure_shapes(sweep, shapes, loss):
+    """At each sparsity of ``FIGURE_SHAPES``: the shape of the lowest-loss model among the seeds,
+    the share of seeds whose model has the figure's shape, and every seed's shape. ``shapes``:
+    names from ``planar_shape``, (sparsities, seeds) nested lists; loss: (sparsities, seeds).
+    Returns {S: (best shape, share, shapes)}; raises ValueError if the sweep lacks one of the S."""
+    found = {}
+    for S, shape in FIGURE_SHAPES.items():
+        index = np.flatnonzero(np.isclose(sweep.sparsities, S))
+        if not len(index):
+            raise ValueError(f"the sweep has no sparsity {S}; its sparsities: {sweep.sparsities}")
+        row = shapes[index[0]]
+        found[S] = (row[int(np.argmin(loss[index[0]]))], row.count(shape) / len(row), row)
+    return found
 
 
 # --- 4. the Thomson analogy -------------------------------------------------------------------

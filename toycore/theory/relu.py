@@ -74,20 +74,33 @@ def relu_moment_integral(a, c):
     return a * (hi**3 - lo**3) / 3 + c * (hi**2 - lo**2) / 2
 
 
-def one_sparse_terms(W, b, importance):
+def linear_square_integral(a, c):
+    """∫_0^1 (a x + c)^2 dx: ``relu_square_integral`` without the ReLU."""
+    return a.square() / 3 + a * c + c.square()
+
+
+def linear_moment_integral(a, c):
+    """∫_0^1 x (a x + c) dx: ``relu_moment_integral`` without the ReLU."""
+    return a / 3 + c / 2
+
+
+def one_sparse_terms(W, b, importance, relu=True):
     """The two parts of L_1, each integrated over the active feature's value x_i ∈ [0, 1].
 
     benefit (instances, features): I_i ∫ (x_i - ReLU(|W_i|^2 x_i + b_i))^2, the loss on the
     feature itself; interference (instances, i, j): I_j ∫ ReLU(W_j·W_i x_i + b_j)^2 for j ≠ i
     (zero on the diagonal), what feature i's activity costs output j. L_1 = benefit.sum() +
-    interference.sum().
+    interference.sum(). relu=False: the same terms for a linear output with the same W and b.
     """
+    square, moment = (
+        (relu_square_integral, relu_moment_integral)
+        if relu
+        else (linear_square_integral, linear_moment_integral)
+    )
     gram = W.transpose(-1, -2) @ W
     norms = torch.diagonal(gram, dim1=-2, dim2=-1)
-    benefit = importance * (
-        1 / 3 - 2 * relu_moment_integral(norms, b) + relu_square_integral(norms, b)
-    )
-    interference = importance[:, None, :] * relu_square_integral(gram, b[:, None, :])
+    benefit = importance * (1 / 3 - 2 * moment(norms, b) + square(norms, b))
+    interference = importance[:, None, :] * square(gram, b[:, None, :])
     return benefit, _off_diagonal(interference)
 
 
@@ -95,14 +108,16 @@ def one_sparse_at_one(W, b, importance, relu=True, bias=True):
     """L_1's integrand at x_i = 1: benefit I_i (1 - ReLU(|W_i|^2 + b_i))^2 and interference
     I_j ReLU(W_j·W_i + b_j)^2, shaped as in ``one_sparse_terms``.
 
-    relu=False or bias=False give what the same W would pay for interference without the ReLU
-    (linear output) or without the bias: the comparisons behind "negative interference is free".
+    relu=False or bias=False give what the same W would pay without the ReLU (linear output) or
+    without the bias: the comparisons behind "ReLU never makes things worse" and "negative
+    interference is free".
     """
     gram = W.transpose(-1, -2) @ W
     norms = torch.diagonal(gram, dim1=-2, dim2=-1)
-    benefit = importance * (1 - torch.relu(norms + b)).square()
+    activation = torch.relu if relu else (lambda pre: pre)
+    benefit = importance * (1 - activation(norms + (b if bias else 0))).square()
     pre = gram + (b[:, None, :] if bias else 0)
-    interference = importance[:, None, :] * (torch.relu(pre) if relu else pre).square()
+    interference = importance[:, None, :] * activation(pre).square()
     return benefit, _off_diagonal(interference)
 
 
@@ -124,6 +139,44 @@ def linear_optimum(importance, hidden, sparsity):
     check_size("hidden", hidden, maximum=importance.shape[-1])
     left_out = torch.sort(importance, descending=True)[0]
     return sparse_moments(sparsity)["variance"] * left_out[..., hidden:].sum(-1)
+
+
+def linear_terms(W, importance):
+    """The text's expansion of the linear model x -> Wᵀ W x, and the terms its "~" leaves out.
+
+    With R = 1 - Wᵀ W, output j's error is Σ_i R_ji x_i. Its square holds the squares
+    R_ji^2 x_i^2, which sum to the text's Σ_i I_i (1 - |W_i|^2)^2 + Σ_{i≠j} I_j (W_j·W_i)^2
+    = Σ_j I_j Σ_i R_ji^2, and the cross terms R_ji R_jk x_i x_k (i ≠ k), which sum to
+    Σ_j I_j ((Σ_i R_ji)^2 - Σ_i R_ji^2). Returns (expansion, cross), each (instances,).
+    """
+    residual_map = torch.eye(W.shape[-1], dtype=W.dtype) - W.transpose(-1, -2) @ W
+    squares = residual_map.square().sum(-1)
+    expansion = (importance * squares).sum(-1)
+    cross = (importance * (residual_map.sum(-1).square() - squares)).sum(-1)
+    return expansion, cross
+
+
+def best_linear_bias(W, sparsity):
+    """The bias that minimises the linear model's loss for this W: b_j = E[x_i] Σ_i R_ji with
+    R = 1 - Wᵀ W, which cancels the error's mean. (instances, features)"""
+    moments = sparse_moments(torch.as_tensor(sparsity, dtype=W.dtype)[..., None])
+    residual_map = torch.eye(W.shape[-1], dtype=W.dtype) - W.transpose(-1, -2) @ W
+    return moments["mean"] * residual_map.sum(-1)
+
+
+def linear_loss_by_expansion(W, importance, sparsity, best_bias=False):
+    """The linear model's exact loss written with the text's expansion: (instances,).
+
+    The features are independent, so E[x_i x_k] = E[x_i^2] for i = k and E[x_i]^2 otherwise:
+    with b = 0, L = E[x_i^2] × expansion + E[x_i]^2 × cross terms. With the best bias the
+    error has mean zero and L = Var(x_i) × expansion: only then is L proportional to the
+    expansion, and only for features with mean zero does b = 0 give that too.
+    """
+    moments = sparse_moments(torch.as_tensor(sparsity, dtype=W.dtype))
+    expansion, cross = linear_terms(W, importance)
+    if best_bias:
+        return moments["variance"] * expansion
+    return moments["square"] * expansion + moments["mean"] ** 2 * cross
 
 
 def linear_loss(W, b, importance, sparsity):

@@ -153,13 +153,14 @@ def initial_forces(named):
         ax.loglog(m, forces.interference, "o-", color=color, label=f"interference, s = {scale}")
         ax.loglog(m, forces.benefit_size, "s--", color=color, label=f"|benefit|, s = {scale}")
     n = forces.features
-    ax.loglog(m, (n - 1) / (2 * m), "k:", lw=1, label="(n-1)/(2m)")
+    ax.loglog(m, (n - 1) / (2 * m), "k:", lw=1, label="(n-1)/(2m), its mean at s = 1")
     ax.set(
         xlabel="hidden neurons m",
         ylabel="force along W_i at t = 0",
         title=f"start N(0, s²/m), n = {n}",
     )
     ax.set_xticks(m, [str(v) for v in m])
+    ax.minorticks_off()  # the log axis's minor labels would print over the sizes
     ax.legend(fontsize=7)
     return fig
 
@@ -262,6 +263,7 @@ def persistence(sweep, result):
     for ax in (left, right):
         ax.axvline(n**2, color="0.6", ls=":", lw=1)
         ax.set_xticks(m, [str(v) for v in m])
+        ax.minorticks_off()
         ax.legend(fontsize=8)
     fig.suptitle(f"Section 5: n = {n}, m from n to n² = {n**2}", fontsize=10)
     return fig

@@ -153,3 +153,73 @@ def test_bad_ode_input_is_refused():
         ex.simulate_sparsification([0.1, 0.2], 1e-3, 2.0, 10)
     with pytest.raises(ValueError, match="l1"):
         ex.simulate_sparsification([0.1, 0.2], 0.0, 0.5, 10)
+
+
+def test_untied_loss_is_the_tied_one_when_the_decoder_is_the_encoder():
+    model = ex.UntiedBasisAutoencoder(5, 7, [0, 1], l1=0.03, device="cpu")
+    W = model.E.detach().clone()
+    with torch.no_grad():
+        model.D.copy_(W)
+    torch.testing.assert_close(model.loss(), tied_basis_reference_loss(W, 0.03))
+    assert ex.untied_distance(W, W).tolist() == [0.0, 0.0]
+
+
+def test_rotated_inputs_follow_the_basis_path_under_gradient_descent_only():
+    descent = ex.rotation_run.__wrapped__(6, 12, [0, 1], 0.01, steps=200, lr=0.05, optimizer="sgd")
+    assert descent.distance.max() < 1e-12 and descent.loss_gap.max() < 1e-12
+    adam = ex.rotation_run.__wrapped__(6, 12, [0, 1], 0.01, steps=200, lr=0.01, optimizer="adam")
+    assert adam.distance.min() > 1e-3
+    Q = ex.random_rotation(6, seed=0)
+    torch.testing.assert_close(Q @ Q.T, torch.eye(6, dtype=torch.float64))
+
+
+def test_initial_interference_and_benefit_match_their_expectations():
+    forces = ex.initial_forces(16, [64, 256], range(64), std_scale=0.9)
+    # mean of Σ_j ReLU(W_i·W_j)² is (n - 1) s⁴ / (2m); the benefit s²(1 - s²) up to O(1/m)
+    expected = 15 * 0.9**4 / (2 * forces.hiddens)
+    np.testing.assert_allclose(forces.interference, expected, rtol=0.1)
+    np.testing.assert_allclose(forces.benefit, 0.81 * 0.19, atol=0.03)
+    assert ex.log_slope(forces.hiddens, forces.interference) == pytest.approx(-1, abs=0.1)
+
+
+def test_predicted_overlap_rate_on_a_hand_built_pair():
+    W = torch.tensor([[[1.0, 0.0], [0.6, 0.8]]], dtype=torch.float64)  # W_0·W_1 = 0.6 > 0
+    assert ex.predicted_overlap_rate(W).tolist() == pytest.approx([4 * (1 + 1)])
+    W[0, 1] = torch.tensor([-0.6, 0.3])  # no positive pair left but one: weights cancel
+    W = torch.cat([W, torch.tensor([[[0.5, 0.0]]], dtype=torch.float64)], dim=1)
+    assert ex.predicted_overlap_rate(W).tolist() == pytest.approx([4 * (1 + 0.25)])
+
+
+def test_overlap_rate_starts_near_the_pair_prediction():
+    run = ex.overlap_rate.__wrapped__(16, 64, [0, 1], 0.01, lr=1e-3, steps=30)
+    np.testing.assert_allclose(run.measured, run.predicted, rtol=0.25)
+    assert run.time == pytest.approx(0.03)
+
+
+def test_persistence_reads_the_law_and_refuses_a_short_sweep():
+    W = [th.paired(4, m, sign=-1)[None].repeat(3, 1, 1).numpy() for m in (4, 16)]
+    sweep = ex.PolysemanticSweep(
+        features=4,
+        hiddens=np.array([4, 16]),
+        seeds=np.arange(3),
+        l1=1e-3,
+        W=W,
+        counts=np.array([[2, 2, 2], [2, 0, 2]]),
+    )
+    result = ex.persistence(sweep)
+    assert result.expected.tolist() == pytest.approx([6 / 8, 6 / 32])
+    assert result.share.tolist() == pytest.approx([1, 2 / 3])
+    assert result.represented.tolist() == [1.0, 1.0]
+    assert result.observed_last == 4 and result.expected_last == pytest.approx(3 * 6 / 32)
+    short = ex.PolysemanticSweep(4, np.array([4, 8]), np.arange(3), 1e-3, W, sweep.counts)
+    with pytest.raises(ValueError, match="n²"):
+        ex.persistence(short)
+
+
+def test_phases_compare_the_slope_with_the_law_and_check_the_balance():
+    result = ex.sparsification_runs.__wrapped__(20_000, 1e-4, [0], dt=0.5, steps=50_000)
+    phases = ex.sparsification_phases(result)
+    # over [1/(λ√m), 1/λ] the law bends from slope -1/2 to -1: its fit lies between
+    assert -1 < phases.law_slope[0] < -0.5
+    assert phases.quasi_static[0] < 0.1  # 1 - |w|² ≈ λ|w|_1/|w|² once the fast phase is over
+    assert 1 <= phases.proxy[0] <= phases.proxy[1]

@@ -117,6 +117,9 @@ POLYSEMANTIC = dict(
         law=dict(n=64, ms=[64, 128, 256], seeds=range(8), steps=7500),  # Figure 3's sweep over m
         split=dict(seeds=range(8), steps=6000),  # section 5's proposed fix
         explorer=dict(n=16, ms=[16, 32], l1s=[1e-3, 1e-2], steps=3000),
+        # section 5's "until m ≈ n²": Figure 3's setting at a small n, m from n to n²
+        persist=dict(n=8, ms=[8, 16, 32, 64], seeds=range(64)),
+        interference_seeds=range(16),  # the forces at initialisation, m from n to 16n
     ),
     cpu=dict(
         ode_seeds=range(4),
@@ -124,6 +127,8 @@ POLYSEMANTIC = dict(
         law=dict(n=64, ms=[64, 128, 256, 512, 1024], seeds=range(16), steps=7500),
         split=dict(seeds=range(16), steps=10000),
         explorer=dict(n=32, ms=[32, 64, 128], l1s=[3e-4, 1e-3, 3e-3, 1e-2], steps=7500),
+        persist=dict(n=10, ms=[10, 20, 50, 100], seeds=range(256)),
+        interference_seeds=range(32),
     ),
     paper=dict(
         ode_seeds=range(8),
@@ -131,6 +136,8 @@ POLYSEMANTIC = dict(
         law=dict(n=256, ms=[256, 512, 1024, 2048, 4096], seeds=range(16), steps=7500),
         split=dict(seeds=range(16), steps=10000),
         explorer=dict(n=32, ms=[32, 64, 128], l1s=[3e-4, 1e-3, 3e-3, 1e-2], steps=7500),
+        persist=dict(n=16, ms=[16, 32, 64, 128, 256], seeds=range(256)),
+        interference_seeds=range(64),
     ),
 )
 

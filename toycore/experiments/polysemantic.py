@@ -11,12 +11,13 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from torch import nn
 
 from .. import shards
 from ..cache import cached
 from ..checks import check_range, check_seeds, check_size
 from ..devices import to_host
-from ..models import TiedBasisAutoencoder
+from ..models import Instances, TiedBasisAutoencoder, _device, _normal
 from ..profiles import select
 from ..seeding import generator
 from ..sizes import POLYSEMANTIC
@@ -146,10 +147,11 @@ def sparsification_runs(hidden, l1, seeds, *, dt, steps):
     return SparsificationRuns(hidden=hidden, l1=l1, seeds=np.array(seeds), runs=runs, ideal=ideal)
 
 
-def middle_phase(time, hidden, l1):
-    """Figure 2's middle phase, t in [10/(λ√m), 0.1/λ]: well after the start and well before
-    the end, where the law's slope is measured. A mask like ``time``."""
-    return (time >= 10 / (l1 * hidden**0.5)) & (time <= 0.1 / l1)
+def middle_phase(time, hidden, l1, start=10, stop=0.1):
+    """Figure 2's middle phase, t in [start/(λ√m), stop/λ]. The default [10/(λ√m), 0.1/λ] is
+    well after the start and well before the end; start=1, stop=1 is the text's whole middle
+    phase. A mask like ``time``."""
+    return (time >= start / (l1 * hidden**0.5)) & (time <= stop / l1)
 
 
 def middle_relative_variance(result):
@@ -167,30 +169,47 @@ class SparsificationPhases:
     """Figure 2's three phases, measured on each seed's run."""
 
     start: np.ndarray  # (seeds,) |w|_1(0)/√m
-    slope: np.ndarray  # (seeds,) d log|w|_1 / d log t over the middle phase
-    rate: np.ndarray  # (seeds,) d(1/|w|_1)/dt over the middle phase, in units of λ
+    slope: np.ndarray  # (seeds,) d log|w|_1 / d log t over the text's middle phase
+    law_slope: np.ndarray  # (seeds,) the same fit to the law 1/(1/√m + λt) at the same times
+    rate: np.ndarray  # (seeds,) d(1/|w|_1)/dt over [10/(λ√m), 0.1/λ], in units of λ
     end: np.ndarray  # (seeds,) λt when m' first reaches 1
+    quasi_static: np.ndarray  # (seeds,) largest |(1 - |w|²) / (λ|w|_1/|w|²) - 1|, middle phase
+    proxy: tuple  # (low, high) of m' / |w|_1² over every seed's [10/(λ√m), 0.1/λ]
 
 
 def sparsification_phases(result):
     """Figure 2's three phases, measured on each seed's run (arrays over seeds):
-    start: |w|_1(0)/√m; slope: d log|w|_1 / d log t over the middle phase
-    [10/(λ√m), 0.1/λ]; rate: d(1/|w|_1)/dt over the same window, in units of λ (the text's
-    law with constants 1 says 1); end: λt when m' first reaches 1."""
+    start: |w|_1(0)/√m; slope: d log|w|_1 / d log t over the text's whole middle phase
+    [1/(λ√m), 1/λ], and law_slope the same fit to the law with constants 1 (which bends from
+    slope -1/2 to -1 there); rate: d(1/|w|_1)/dt over [10/(λ√m), 0.1/λ], in units of λ (the
+    law says 1); end: λt when m' first reaches 1; quasi_static: the largest relative gap
+    between the two sides of the text's 1 - |w|² ≈ λ|w|_1/|w|² over [1/(λ√m), 1/λ]; proxy:
+    the range of m'/|w|_1² over every seed's [10/(λ√m), 0.1/λ]."""
     m, l1 = result.hidden, result.l1
-    out = {"start": [], "slope": [], "rate": [], "end": []}
+    out = {key: [] for key in ("start", "slope", "law_slope", "rate", "end", "quasi", "proxy")}
     for run in result.runs:
-        middle = middle_phase(run.time, m, l1)
-        t, norm = run.time[middle], run.l1_norm[middle]
-        out["start"].append(run.l1_norm[0] / m**0.5)
+        whole = middle_phase(run.time, m, l1, start=1, stop=1)
+        balance = (1 - run.norm[whole]) / (l1 * run.l1_norm[whole] / run.norm[whole])
+        # the slope over 2.5 decades, on log-spaced steps so that each decade counts the same
+        index = np.unique(np.searchsorted(run.time, np.geomspace(*run.time[whole][[0, -1]], 200)))
+        t, norm = run.time[index], run.l1_norm[index]
+        law, _ = th.sparsification_law(t, m, l1)
         out["slope"].append(np.polyfit(np.log(t), np.log(norm), 1)[0])
-        out["rate"].append(np.polyfit(t, 1 / norm, 1)[0] / l1)
+        out["law_slope"].append(np.polyfit(np.log(t), np.log(law), 1)[0])
+        out["quasi"].append(np.abs(balance - 1).max())
+        middle = middle_phase(run.time, m, l1)
+        out["rate"].append(np.polyfit(run.time[middle], 1 / run.l1_norm[middle], 1)[0] / l1)
+        out["proxy"].append(run.nonzero[middle] / run.l1_norm[middle] ** 2)
+        out["start"].append(run.l1_norm[0] / m**0.5)
         out["end"].append(l1 * run.time[np.argmax(run.nonzero == 1)])
     return SparsificationPhases(
         start=np.array(out["start"]),
         slope=np.array(out["slope"]),
+        law_slope=np.array(out["law_slope"]),
         rate=np.array(out["rate"]),
         end=np.array(out["end"]),
+        quasi_static=np.array(out["quasi"]),
+        proxy=(min(p.min() for p in out["proxy"]), max(p.max() for p in out["proxy"])),
     )
 
 
@@ -366,6 +385,115 @@ def gradient_flow_run(features, hidden, seeds, l1, *, steps, lr, records=60):
     )
 
 
+@dataclass(frozen=True)
+class InitialForces:
+    """The forces on each encoding at initialisation, along W_i, for several m at one n."""
+
+    features: int  # n
+    hiddens: np.ndarray  # (hiddens,) the sizes m
+    std_scale: float  # the start is N(0, (std_scale/√m)²)
+    interference: np.ndarray  # (hiddens,) mean over i and seeds of Σ_{j≠i} ReLU(W_i·W_j)²
+    benefit: np.ndarray  # (hiddens,) mean over i and seeds of (1 - |W_i|²) |W_i|²
+    benefit_size: np.ndarray  # (hiddens,) mean over i and seeds of |(1 - |W_i|²) |W_i|²|
+
+
+def initial_forces(features, hiddens, seeds, std_scale=1.0):
+    """§2.1's comparison at initialisation: the interference and the feature benefit, each
+    projected on W_i, from the N(0, (std_scale/√m)²) start of ``TiedBasisAutoencoder``.
+    The text expects interference Θ(n/m) against a benefit Θ(1)."""
+    check_range("std_scale", std_scale, 0, low_open=True)
+    interference, benefit, size = [], [], []
+    for hidden in hiddens:
+        model = TiedBasisAutoencoder(
+            features, hidden, seeds, init_std=std_scale * hidden**-0.5, dtype=DTYPE, device="cpu"
+        )
+        W = model.W.detach()
+        G = W @ W.transpose(-1, -2)  # (seeds, n, n)
+        norm = G.diagonal(dim1=-2, dim2=-1)  # (seeds, n)
+        interference.append((torch.relu(G).square().sum(-1) - norm.square()).mean().item())
+        benefit.append(((1 - norm) * norm).mean().item())
+        size.append(((1 - norm) * norm).abs().mean().item())
+    return InitialForces(
+        features=features,
+        hiddens=np.array(hiddens),
+        std_scale=std_scale,
+        interference=np.array(interference),
+        benefit=np.array(benefit),
+        benefit_size=np.array(size),
+    )
+
+
+def log_slope(x, y):
+    """The least-squares slope of log y against log x."""
+    return np.polyfit(np.log(x), np.log(y), 1)[0]
+
+
+@dataclass(frozen=True)
+class OverlapDecay:
+    """How the mean positive overlap of a gradient-descent run falls, read off its records."""
+
+    first_time: float  # t of the first record after 0
+    first_rate: np.ndarray  # (seeds,) e-folds per unit time up to that record
+    half_rate: np.ndarray  # (seeds,) e-folds per unit time over t <= 1/2
+    cross_time: float  # t of the first record with a negative mean (over seeds) overlap
+    cross_last: float  # the mean overlap one record before
+
+
+def overlap_decay(flow):
+    """The early decay of ``GradientFlow.overlap``: its rate up to the first record and over
+    t <= 1/2, and when the mean overlap first overshoots below zero."""
+    half = np.searchsorted(flow.time, 0.5)
+    cross = np.argmax(flow.overlap.mean(1) <= 0)
+    return OverlapDecay(
+        first_time=flow.time[1],
+        first_rate=np.log(flow.overlap[0] / flow.overlap[1]) / flow.time[1],
+        half_rate=np.log(flow.overlap[0] / flow.overlap[half]) / flow.time[half],
+        cross_time=flow.time[cross],
+        cross_last=flow.overlap[cross - 1].mean(),
+    )
+
+
+@dataclass(frozen=True)
+class OverlapRate:
+    """The initial decay rate of the positive overlaps under small steps, and the text's."""
+
+    measured: np.ndarray  # (seeds,) e-folds per unit time of the mean positive overlap
+    predicted: np.ndarray  # (seeds,) 4 (|W_i|² + |W_j|²), weighted as that mean is, at t = 0
+    time: float  # the span of the fit
+
+
+def predicted_overlap_rate(W):
+    """The rate at which the mean of the positive W_i·W_j falls if each pair felt only its own
+    interference, d(W_i·W_j)/dt = -4 (W_i·W_j)(|W_i|² + |W_j|²) (§2.1, with our loss's 4):
+    Σ g_ij 4(|W_i|² + |W_j|²) / Σ g_ij over the pairs with g_ij = W_i·W_j > 0. W: (seeds, n, m)."""
+    G = W @ W.transpose(-1, -2)
+    norm = G.diagonal(dim1=-2, dim2=-1)
+    positive = torch.relu(G) * ~torch.eye(G.shape[-1], dtype=torch.bool)
+    rate = 4 * (norm[..., :, None] + norm[..., None, :])
+    return ((positive * rate).sum((-2, -1)) / positive.sum((-2, -1))).numpy()
+
+
+@cached
+def overlap_rate(features, hidden, seeds, l1, *, lr, steps):
+    """Gradient descent with small steps (lr × steps of training time, every step recorded)
+    from the usual start; the decay rate of the mean positive overlap by a linear fit of its
+    log against t, per seed, beside ``predicted_overlap_rate`` of the start."""
+    model = TiedBasisAutoencoder(features, hidden, seeds, l1, dtype=DTYPE)
+    predicted = predicted_overlap_rate(model.W.detach().cpu())
+    history, _ = _train(
+        model,
+        steps=steps,
+        lr=lr,
+        optimizer="sgd",
+        records=steps + 1,
+        metrics={"overlap": _overlap_tracker(model)},
+        desc=f"small steps n={features} m={hidden}",
+    )
+    time = history.steps * lr
+    slope = np.polyfit(time, np.log(history.metrics["overlap"]), 1)[0]  # (seeds,)
+    return OverlapRate(measured=-slope, predicted=predicted, time=time[-1])
+
+
 def _instances_from(W, l1):
     """A model whose instances start from the given W (instances, features, hidden)."""
     instances, features, hidden = W.shape
@@ -490,6 +618,123 @@ def split_runs(W, l1, *, noise, steps, lr, optimizer, seed=0):
     return separated.numpy()
 
 
+# --- Appendix A: untied weights, rotated inputs ------------------------------------------------
+
+
+class UntiedBasisAutoencoder(Instances):
+    """Appendix A's untied variant: y = ReLU(D Eᵀ x) on n orthonormal inputs x_i, the rows of
+    ``inputs`` (default the basis), with targets e_i. E and D: (instances, features, hidden);
+    E's row i is feature i's encoding (the encoder is Eᵀ), D's row j reads output j (the decoder
+    is D), so the tied model is D = E = W. The penalty λ/2 (Σ_i |Eᵀ x_i|_1 + |D|_1), on the
+    activations and the decoder, is the tied model's λ|W|_1 when D = E = W and the inputs are
+    the basis. E and D start independent, each N(0, 1/m). Trained by autograd."""
+
+    def __init__(self, features, hidden, seeds, l1, inputs=None, device=None):
+        super().__init__(features, seeds)
+        check_size("hidden", hidden, minimum=features)
+        self.l1 = float(check_range("l1", l1, 0))
+        device = _device(device)
+        E, D = _normal(self.seeds, [(features, hidden)] * 2, hidden**-0.5, DTYPE, device)
+        inputs = torch.eye(features, dtype=DTYPE) if inputs is None else inputs
+        self.register_buffer("inputs", torch.as_tensor(inputs, dtype=DTYPE).to(device))
+        self.E = nn.Parameter(E)
+        self.D = nn.Parameter(D)
+
+    def loss(self):
+        """The summed squared error over the n inputs plus the penalty: (instances,)."""
+        hidden = self.inputs @ self.E  # (instances, n, m): row i is the activations on x_i
+        error = torch.relu(hidden @ self.D.transpose(-1, -2))  # (instances, inputs, outputs)
+        error = error - torch.eye(self.features, dtype=DTYPE, device=error.device)
+        penalty = hidden.abs().sum((-2, -1)) + self.D.abs().sum((-2, -1))
+        return error.square().sum((-2, -1)) + self.l1 / 2 * penalty
+
+
+def untied_distance(E, D):
+    """|D - E|_F / |E|_F per instance: 0 when the decoder is the encoder's transpose."""
+    return (D - E).norm(dim=(-2, -1)) / E.norm(dim=(-2, -1))
+
+
+@dataclass(frozen=True)
+class UntiedRun:
+    """Untied models trained from independent starts: how close the decoder came to Eᵀ."""
+
+    start: np.ndarray  # (seeds,) |D - E|_F / |E|_F at initialisation
+    distance: np.ndarray  # (seeds,) the same at the end
+    product: np.ndarray  # (seeds,) mean over features of E_i·D_i at the end
+    loss: np.ndarray  # (seeds,) final loss
+
+
+@cached
+def untied_run(features, hidden, seeds, l1, *, steps, lr, optimizer):
+    """Appendix A's claim that untied weights become tied: train ``UntiedBasisAutoencoder``
+    on the basis (AdamW with torch's default weight decay 0.01, as the authors' tied runs;
+    or plain gradient descent) and measure the decoder against the encoder."""
+    model = UntiedBasisAutoencoder(features, hidden, seeds, l1)
+    start = untied_distance(model.E.detach(), model.D.detach())
+    history = train(
+        model,
+        None,
+        steps=steps,
+        lr=lr,
+        optimizer=optimizer,
+        record_at=[0, steps],
+        desc=f"untied n={features} m={hidden} ({optimizer})",
+    )
+    E, D = model.E.detach(), model.D.detach()
+    return UntiedRun(
+        start=to_host(start),
+        distance=to_host(untied_distance(E, D)),
+        product=to_host((E * D).sum(-1).mean(-1)),
+        loss=history.loss[-1],
+    )
+
+
+def random_rotation(features, seed):
+    """A random orthogonal (features, features) matrix, float64: Q of the QR of a Gaussian."""
+    g = generator(seed, "rotation")
+    Q, R = torch.linalg.qr(torch.randn(features, features, generator=g, dtype=DTYPE))
+    return Q * torch.sign(R.diagonal())  # the sign fix makes Q Haar-distributed
+
+
+@dataclass(frozen=True)
+class RotationRun:
+    """The untied model trained on the basis and on rotated inputs from matching starts."""
+
+    distance: np.ndarray  # (seeds,) |E_basis - X E_rotated|_F / |E_basis|_F at the end
+    loss_gap: np.ndarray  # (seeds,) largest |loss_basis - loss_rotated| / loss_basis on record
+
+
+@cached
+def rotation_run(features, hidden, seeds, l1, *, steps, lr, optimizer, seed=0):
+    """Appendix A's 'orthogonal inputs are the basis in disguise': inputs x_i = the rows of
+    X = ``random_rotation`` (outputs still e_i), started from E' = Xᵀ E, so that the
+    activations X E' = E are those of the basis run. Gradient descent then follows the same path
+    in E = X E' (the loss is a function of X E' and D, and X is orthogonal); Adam's
+    coordinate-wise step has no such symmetry."""
+    X = random_rotation(features, seed)
+    runs = []
+    for inputs in (None, X):
+        model = UntiedBasisAutoencoder(features, hidden, seeds, l1, inputs=inputs)
+        if inputs is not None:
+            with torch.no_grad():
+                model.E.copy_(model.inputs.T @ model.E)
+        history = train(
+            model,
+            None,
+            steps=steps,
+            lr=lr,
+            optimizer=optimizer,
+            record_at=record_steps(steps, 20),
+            desc=f"untied, {'rotated' if runs else 'basis'} inputs ({optimizer})",
+        )
+        runs.append((model.inputs @ model.E.detach(), history.loss))
+    (E, loss), (E_rotated, loss_rotated) = runs
+    return RotationRun(
+        distance=to_host(untied_distance(E, E_rotated)),
+        loss_gap=(np.abs(loss - loss_rotated) / loss).max(0),
+    )
+
+
 # --- analyses -------------------------------------------------------------------------------------
 
 
@@ -532,6 +777,35 @@ def _pairs_sharing(index):
     n = index.shape[-1]
     upper = torch.ones(n, n, dtype=torch.bool).triu(1)
     return (index[:, :, None] == index[:, None, :]) & upper
+
+
+@dataclass(frozen=True)
+class Persistence:
+    """Section 5's 'until m ≈ n²', read off a Figure 3 sweep whose m runs from n to n²."""
+
+    expected: np.ndarray  # (hiddens,) the law's mean count C(n, 2)/(2m)
+    share: np.ndarray  # (hiddens,) share of models with at least one polysemantic neuron
+    represented: np.ndarray  # (hiddens,) share of features with a weight in [0.8, 1.2]
+    observed_last: int  # polysemantic neurons at m = n², all seeds together
+    expected_last: float  # the law's count there, all seeds together
+
+
+def persistence(sweep):
+    """The counts of a sweep with m from n to n² against the law C(n, 2)/(2m): per m the law,
+    the share of models with a polysemantic neuron and the share of features that some neuron
+    represents (whose race is over), and at m = n² the total over seeds observed and
+    expected."""
+    n = sweep.features
+    if sweep.hiddens[-1] != n**2:
+        raise ValueError(f"the sweep must end at m = n² = {n**2}; got {sweep.hiddens[-1]}")
+    expected = np.array([th.expected_polysemantic(n, int(m)) for m in sweep.hiddens])
+    return Persistence(
+        expected=expected,
+        share=(sweep.counts > 0).mean(1),
+        represented=np.array([th.representing(W).any(-1).double().mean().item() for W in sweep.W]),
+        observed_last=int(sweep.counts[-1].sum()),
+        expected_last=expected[-1] * sweep.counts.shape[1],
+    )
 
 
 @dataclass(frozen=True)

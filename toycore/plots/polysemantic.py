@@ -144,6 +144,27 @@ def overlap_decay(flow):
     return fig
 
 
+def initial_forces(named):
+    """The interference and the feature benefit along W_i at initialisation against m, for
+    each start: {std_scale: initial_forces result}."""
+    fig, ax = figure(width=5.0, height=3.4)
+    for (scale, forces), color in zip(named.items(), ("C0", "C1")):
+        m = forces.hiddens
+        ax.loglog(m, forces.interference, "o-", color=color, label=f"interference, s = {scale}")
+        ax.loglog(m, forces.benefit_size, "s--", color=color, label=f"|benefit|, s = {scale}")
+    n = forces.features
+    ax.loglog(m, (n - 1) / (2 * m), "k:", lw=1, label="(n-1)/(2m), its mean at s = 1")
+    ax.set(
+        xlabel="hidden neurons m",
+        ylabel="force along W_i at t = 0",
+        title=f"start N(0, s²/m), n = {n}",
+    )
+    ax.set_xticks(m, [str(v) for v in m])
+    ax.minorticks_off()  # the log axis's minor labels would print over the sizes
+    ax.legend(fontsize=7)
+    return fig
+
+
 def collisions(runs):
     """Both features' weights on their shared neuron over time, benign and malign, every seed."""
     fig, axes = figure(2, width=3.9, height=3.1, sharey=True)
@@ -217,6 +238,53 @@ def polysemantic_law(sweep, fit):
         title=f"Figure 3: n = {n}, λ = {sweep.l1}",
     )
     ax.set_xticks(m, [str(v) for v in m])
+    ax.legend()
+    return fig
+
+
+def persistence(sweep, result):
+    """Section 5's 'until m ≈ n²': the mean count per model against m from n to n², with the law
+    C(n, 2)/(2m), and the share of models with at least one polysemantic neuron."""
+    fig, (left, right) = figure(2, width=3.9, height=3.1)
+    m, n = sweep.hiddens, sweep.features
+    left.errorbar(
+        m,
+        sweep.counts.mean(1),
+        yerr=sweep.counts.std(1, ddof=1) / np.sqrt(sweep.counts.shape[1]),
+        fmt="o-",
+        capsize=3,
+        label=f"mean ± s.e., {sweep.counts.shape[1]} seeds",
+    )
+    left.plot(m, result.expected, "k--", lw=1, label="C(n,2)/(2m)")
+    left.set(xscale="log", yscale="log", xlabel="hidden neurons m", ylabel="polysemantic neurons")
+    right.plot(m, result.share, "o-", label="models with one or more")
+    right.plot(m, result.represented, "s--", label="features represented")
+    right.set(xscale="log", ylim=(0, 1.05), xlabel="hidden neurons m", ylabel="share")
+    for ax in (left, right):
+        ax.axvline(n**2, color="0.6", ls=":", lw=1)
+        ax.set_xticks(m, [str(v) for v in m])
+        ax.minorticks_off()
+        ax.legend(fontsize=8)
+    fig.suptitle(f"Section 5: n = {n}, m from n to n² = {n**2}", fontsize=10)
+    return fig
+
+
+def untied(named):
+    """Appendix A: how far the untied decoder ends from the encoder, per run and seed.
+    ``named``: {(optimizer, m): untied_run result}."""
+    fig, ax = figure(width=4.8, height=3.0)
+    labels = [f"{optimizer}, m = {m}" for optimizer, m in named]
+    for i, run in enumerate(named.values()):
+        ax.scatter(np.full(len(run.distance), i), run.distance, color="C0", s=14)
+        ax.scatter([i], [run.start.mean()], color="0.5", marker="x")
+    ax.axhline(0.1, color="k", ls="--", lw=1, label="10%")
+    ax.set(
+        yscale="log",
+        ylabel="‖D - E‖_F / ‖E‖_F at the end",
+        xticks=range(len(labels)),
+        title="untied encoder E and decoder D (x: at the start)",
+    )
+    ax.set_xticklabels(labels, fontsize=8)
     ax.legend()
     return fig
 

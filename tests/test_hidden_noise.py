@@ -179,6 +179,14 @@ def test_monte_carlo_identities_agree_with_the_formulas_and_autograd():
     assert np.abs(ids.fourth_text_z[:, 1:]).min() > 10
 
 
+def test_the_gradient_identity_is_checked_only_where_the_relu_passes():
+    # Laplace noise at σ = 0.3 pushes 1 + W·ξ below 0 in about 1% of draws on e_1, where the
+    # output is clipped and the gradient is 0, not 2(W·ξ)(2W + ξ)
+    ids = ex.appendix_c_identities(8, ["laplace", "bipolar"], 0.3, 0.25, 20_000)
+    assert 0.002 < ids.closed[0, 0] < 0.05 and ids.closed[1].max() == 0
+    assert ids.gradient.max() < 1e-12
+
+
 def test_the_kurtosis_term_grows_as_sigma_to_the_fourth():
     power = ex.sigma_power(8, "bipolar", [0.05, 0.1], 0.001, 50_000)
     assert power.exponent_error < 0.05

@@ -568,7 +568,8 @@ class Identities:
     encodings: np.ndarray  # (encodings, hidden) sparse e_1, dense (1, ..., 1)/√m, random
     sigma: float  # the noise σ
     lr: float  # the learning rate η of the step
-    gradient: np.ndarray  # (laws, encodings) max |autograd - 2(W·ξ)(2W + ξ)| over draws
+    gradient: np.ndarray  # (laws, encodings) max |autograd - 2(W·ξ)(2W + ξ)| over open draws
+    closed: np.ndarray  # (laws, encodings) share of draws where the ReLU closes: 1 + W·ξ <= 0
     stepped: np.ndarray  # (laws, encodings) E|W'|², Monte Carlo
     stepped_error: np.ndarray  # (laws, encodings) its standard error
     stepped_z: np.ndarray  # (laws, encodings) against 1 - 4η(1 - 4η)σ² + 4η²(μ₄ + (m-1)σ⁴)
@@ -592,8 +593,10 @@ def _z(samples, expected):
 @cached
 def appendix_c_identities(hidden, kinds, sigma, lr, samples, seed=0):
     """Appendix C's steps for one unit encoding W with no interference, each by Monte Carlo over
-    ξ: the model's gradient on e_1 (autograd) against 2(W·ξ)(2W + ξ), and the means of |W'|²
-    after that SGD step, of (W·ξ)²|ξ|² and of (W·ξ)⁴, against the text's formulas."""
+    ξ: the model's gradient on e_1 (autograd) against 2(W·ξ)(2W + ξ), which holds while the
+    ReLU passes the output W·(W + ξ) = 1 + W·ξ (heavy-tailed noise closes it in rare draws), and
+    the means of |W'|² after that SGD step, of (W·ξ)²|ξ|² and of (W·ξ)⁴, against the text's
+    formulas."""
     kinds = [check_noise(k) for k in kinds]
     check_size("samples", samples, minimum=100)
     sparse, dense = sparse_and_dense(hidden)
@@ -604,6 +607,7 @@ def appendix_c_identities(hidden, kinds, sigma, lr, samples, seed=0):
         name: np.zeros(shape)
         for name in (
             "gradient",
+            "closed",
             "stepped",
             "stepped_error",
             "stepped_z",
@@ -621,9 +625,11 @@ def appendix_c_identities(hidden, kinds, sigma, lr, samples, seed=0):
         stepped = (W.detach()[:, 0] - lr * gradient).square().sum(-1)
         projection, norm = xi @ encoding, xi.square().sum(-1)
         cross = projection**2 * norm
+        open_ = 1 + projection > 0  # W is a unit vector: the ReLU's input is 1 + W·ξ
         fields["gradient"][i, j] = float(
-            (gradient - th.one_input_gradient(encoding, xi)).abs().max()
+            (gradient - th.one_input_gradient(encoding, xi))[open_].abs().max()
         )
+        fields["closed"][i, j] = float((~open_).double().mean())
         fields["stepped"][i, j] = float(stepped.mean())
         # minus -8η W·ξ, whose mean is 0 by the symmetry of the law: the same mean, with the
         # fluctuation at first order in η removed

@@ -640,6 +640,11 @@ class UntiedBasisAutoencoder(Instances):
         self.E = nn.Parameter(E)
         self.D = nn.Parameter(D)
 
+    @property
+    def W(self):
+        """The encodings E, which play the tied model's W: (instances, features, hidden)."""
+        return self.E
+
     def loss(self):
         """The summed squared error over the n inputs plus the penalty: (instances,)."""
         hidden = self.inputs @ self.E  # (instances, n, m): row i is the activations on x_i
@@ -671,13 +676,12 @@ def untied_run(features, hidden, seeds, l1, *, steps, lr, optimizer):
     or plain gradient descent) and measure the decoder against the encoder."""
     model = UntiedBasisAutoencoder(features, hidden, seeds, l1)
     start = untied_distance(model.E.detach(), model.D.detach())
-    history = train(
+    history, _ = _train(
         model,
-        None,
         steps=steps,
         lr=lr,
         optimizer=optimizer,
-        record_at=[0, steps],
+        records=2,  # the start and the end
         desc=f"untied n={features} m={hidden} ({optimizer})",
     )
     E, D = model.E.detach(), model.D.detach()
@@ -718,13 +722,12 @@ def rotation_run(features, hidden, seeds, l1, *, steps, lr, optimizer, seed=0):
         if inputs is not None:
             with torch.no_grad():
                 model.E.copy_(model.inputs.T @ model.E)
-        history = train(
+        history, _ = _train(
             model,
-            None,
             steps=steps,
             lr=lr,
             optimizer=optimizer,
-            record_at=record_steps(steps, 20),
+            records=20,
             desc=f"untied, {'rotated' if runs else 'basis'} inputs ({optimizer})",
         )
         runs.append((model.inputs @ model.E.detach(), history.loss))

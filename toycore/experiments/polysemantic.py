@@ -147,6 +147,11 @@ def sparsification_runs(hidden, l1, seeds, *, dt, steps):
     return SparsificationRuns(hidden=hidden, l1=l1, seeds=np.array(seeds), runs=runs, ideal=ideal)
 
 
+def log_slope(x, y):
+    """The least-squares slope of log y against log x."""
+    return np.polyfit(np.log(x), np.log(y), 1)[0]
+
+
 def middle_phase(time, hidden, l1, start=10, stop=0.1):
     """Figure 2's middle phase, t in [start/(λ√m), stop/λ]. The default [10/(λ√m), 0.1/λ] is
     well after the start and well before the end; start=1, stop=1 is the text's whole middle
@@ -194,8 +199,8 @@ def sparsification_phases(result):
         index = np.unique(np.searchsorted(run.time, np.geomspace(*run.time[whole][[0, -1]], 200)))
         t, norm = run.time[index], run.l1_norm[index]
         law, _ = th.sparsification_law(t, m, l1)
-        out["slope"].append(np.polyfit(np.log(t), np.log(norm), 1)[0])
-        out["law_slope"].append(np.polyfit(np.log(t), np.log(law), 1)[0])
+        out["slope"].append(log_slope(t, norm))
+        out["law_slope"].append(log_slope(t, law))
         out["quasi"].append(np.abs(balance - 1).max())
         middle = middle_phase(run.time, m, l1)
         out["rate"].append(np.polyfit(run.time[middle], 1 / run.l1_norm[middle], 1)[0] / l1)
@@ -421,11 +426,6 @@ def initial_forces(features, hiddens, seeds, std_scale=1.0):
         benefit=np.array(benefit),
         benefit_size=np.array(size),
     )
-
-
-def log_slope(x, y):
-    """The least-squares slope of log y against log x."""
-    return np.polyfit(np.log(x), np.log(y), 1)[0]
 
 
 @dataclass(frozen=True)
@@ -766,7 +766,7 @@ def law_fit(sweep, confidence=0.95):
         / len(per_seed) ** 0.5
     )
     mean_count = sweep.counts.mean(1)
-    slope = np.polyfit(np.log(sweep.hiddens), np.log(np.maximum(mean_count, 1e-12)), 1)[0]
+    slope = log_slope(sweep.hiddens, np.maximum(mean_count, 1e-12))
     return LawFit(
         constant=per_seed.mean(),
         interval=(per_seed.mean() - half, per_seed.mean() + half),

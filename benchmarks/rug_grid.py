@@ -4,12 +4,12 @@
 
 Both sides train the same grid (one model per (p, ratio) cell) for the same number of Adam
 steps with the authors' settings (batch 1024, lr 3e-3/√ns, eps 1e-7), in the same process, on
-the same device, alternating twice. The baseline is the plain loop of the authors' code: two
+the same device, alternating twice, and then measure each model's loss on 16,384 fresh
+samples, as the chapter does. The baseline is the plain loop of the authors' code: two
 ``nn.Linear`` layers, ``F.mse_loss``, ``torch.optim.Adam``, one model after the other. Ours is
 what the chapter runs, without its cache: ``train_group`` (``train_until_converged`` on
-``UntiedAutoencoder``), one batch per hidden size, each holding every p; it also measures each
-model's loss on 16,384 fresh samples afterwards, as the chapter does. Prints the time per
-model-step, the ratio, and models per hour at the steps a model of this size needs to converge
+``UntiedAutoencoder``) on each shard of ``shard_plan``. Prints the time per model-step, the
+ratio, and models per hour at the steps a model of this size needs to converge
 (``--steps-to-converge``, measured in the chapter's runs). Only ratios from one run are
 comparable. On a GPU (``--device cuda``) the clock is read after the GPU has finished; try
 ``--features 512 2048`` and the paper profile's grid (``--densities 0.001 0.01 0.05 0.1 0.2
@@ -25,7 +25,14 @@ from torch import nn
 
 from toycore import devices
 from toycore.data import SparseUniform
-from toycore.experiments.persian_rug import BATCH, hidden_size, learning_rate, train_group
+from toycore.experiments.persian_rug import (
+    BATCH,
+    EVAL_SAMPLES,
+    hidden_size,
+    learning_rate,
+    shard_plan,
+    train_group,
+)
 
 
 class PlainModel(nn.Module):
@@ -50,13 +57,18 @@ def plain_loop(features, cells, steps, device):
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
+        evaluation = SparseUniform([k], features, 1 - p, device=device, purpose="evaluation")
+        with torch.no_grad():
+            for _ in range(EVAL_SAMPLES // BATCH):
+                x = evaluation.sample(BATCH)[0]
+                F.mse_loss(model(x), x)
 
 
 def batched(features, cells, steps, device):  # train_group builds on devices.use's device
     hiddens = [hidden_size(features, r) for _, r in cells]
-    for hidden in sorted(set(hiddens)):
-        group = [k for k, h in enumerate(hiddens) if h == hidden]
-        train_group.uncached(features, [cells[k][0] for k in group], hidden, group, steps=steps)
+    for group in shard_plan(features, hiddens):
+        densities = [cells[k][0] for k in group]
+        train_group.uncached(features, densities, hiddens[group[0]], group, steps=steps)
 
 
 def timed(run, device, *args):

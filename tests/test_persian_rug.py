@@ -74,6 +74,7 @@ def test_figure_2_levels_and_the_beats_linear_cells():
         hidden=np.array([4, 8]),
         seeds=np.arange(3),
         loss=rng.uniform(size=(2, 2, 3)),
+        loss_se=np.zeros((2, 2, 3)),
         steps=np.ones((2, 2, 3), int),
         converged=np.ones((2, 2, 3), bool),
         W=W,
@@ -298,3 +299,18 @@ def test_symmetry_statistics_and_crossing_on_hand_built_inputs():
     assert stats["lyapunov"] == pytest.approx(1.0)  # row 2: one off-diagonal entry is all of it
     assert ex.crossing([64, 128, 256], [3.0, 2.0, 1.0], 1.5) == pytest.approx(np.sqrt(128 * 256))
     assert ex.crossing([64, 128], [3.0, 2.0], 1.0) is None
+
+
+@pytest.mark.parametrize("output", ["relu", "linear"])
+def test_the_written_out_gradients_are_autograds(output):
+    # padded instances (hidden sizes 3 and 5) and a ReLU that closes on part of the batch
+    model = UntiedAutoencoder(12, [3, 5], [0, 1], output=output, dtype=torch.float64)
+    x = SparseUniform([0, 1], 12, 0.6, dtype=torch.float64).sample(40)
+    weights = {name: param.detach().clone() for name, param in model.named_parameters()}
+    loss, grads = model.loss_and_grads(x, **weights)
+    expected = model.loss(x)
+    expected.sum().backward()
+    assert torch.allclose(loss, expected.detach(), rtol=1e-12)
+    for grad, (name, param) in zip(grads, model.named_parameters()):
+        assert torch.allclose(grad, param.grad, atol=1e-14), name
+    assert torch.all(grads[0][0, 3:] == 0) and torch.all(grads[1][0, :, 3:] == 0)

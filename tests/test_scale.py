@@ -16,6 +16,7 @@ from toycore import book, cache, devices, records, shards
 from toycore.data import SparseUniform
 from toycore.experiments import persian_rug as rug
 from toycore.experiments import polysemantic as poly
+from toycore.experiments import rug_training
 from toycore.models import TiedBasisAutoencoder, ToyModel, UntiedAutoencoder
 from toycore.paths import REPO_ROOT
 
@@ -138,7 +139,7 @@ def test_a_chapter_5_grid_on_a_local_dask_cluster_gives_the_in_process_numbers(
         ) == {None}
         monkeypatch.setenv("TOYCORE_SCHEDULER", cluster.scheduler_address)
         # were any shard trained in this process, it would fail: the workers have their own copy
-        monkeypatch.setattr(rug, "train_until_converged", None)
+        monkeypatch.setattr(rug_training, "train_until_converged", None)
         try:
             there = _grid(tmp_path / "cluster", monkeypatch)
             workers = shards._client(cluster.scheduler_address).run(os.getpid)
@@ -156,7 +157,7 @@ def test_a_chapter_5_grid_on_a_local_dask_cluster_gives_the_in_process_numbers(
 
 def test_a_malformed_scheduler_address_is_refused_before_any_work(tmp_path, monkeypatch):
     monkeypatch.setenv("TOYCORE_SCHEDULER", "localhost:8786")
-    monkeypatch.setattr(rug, "train_until_converged", None)
+    monkeypatch.setattr(rug_training, "train_until_converged", None)
     with pytest.raises(ValueError, match="TOYCORE_SCHEDULER must be a Dask scheduler's address"):
         _grid(tmp_path, monkeypatch)
 

@@ -199,25 +199,24 @@ def train_until_converged(
     bar = progress_bar(cap, desc)
     while running:
         index = torch.tensor(running, device=device)
-        live = {name: storage[name][index].requires_grad_() for name in names}
+        live = {name: storage[name][index] for name in names}
         m1 = {name: first_moment[name][index] for name in names}
         m2 = {name: second_moment[name][index] for name in names}
         running_lr = lr[index]
         finished, pending = [], []  # pending: this stretch's losses, (running,) each, on the device
         while not finished:
-            x = data.sample(batch, running)
-            # x: (running, batch, features); the loss (running,) as the model's own loss()
-            loss = (x - torch.func.functional_call(model, live, (x,))).square().mean((-2, -1))
-            grads = torch.autograd.grad(loss.sum(), [live[name] for name in names])
+            x = data.sample(batch, running)  # (running, batch, features)
+            loss, grads = model.loss_and_grads(x, **live)  # loss: (running,)
             taken += 1
-            with torch.no_grad():
-                correction1, correction2 = 1 - betas[0] ** taken, 1 - betas[1] ** taken
-                for name, grad in zip(names, grads):
-                    m1[name].lerp_(grad, 1 - betas[0])
-                    m2[name].mul_(betas[1]).addcmul_(grad, grad, value=1 - betas[1])
-                    denominator = (m2[name] / correction2).sqrt_().add_(eps)
-                    scale = running_lr.view(-1, *[1] * (grad.dim() - 1)) / correction1
-                    live[name].sub_(scale * m1[name] / denominator)
+            correction1, correction2 = 1 - betas[0] ** taken, 1 - betas[1] ** taken
+            # torch.optim.Adam's update, with each instance's own step size
+            step_size = running_lr / correction1
+            for name, grad in zip(names, grads):
+                m1[name].lerp_(grad, 1 - betas[0])
+                m2[name].mul_(betas[1]).addcmul_(grad, grad, value=1 - betas[1])
+                denominator = (m2[name].sqrt() / correction2**0.5).add_(eps)
+                update = step_size.view(-1, *[1] * (grad.dim() - 1)) * m1[name]
+                live[name].addcdiv_(update, denominator, value=-1)
             pending.append(loss.detach())
             bar.update(1)
             if taken == cap or taken % check_every == 0:
@@ -236,11 +235,10 @@ def train_until_converged(
                 elif steps is None:
                     finished = [k for k in running if stopped(history[k], window)]
                     converged[finished] = True
-        with torch.no_grad():
-            for name in names:
-                storage[name][index] = live[name].detach()
-                first_moment[name][index] = m1[name]
-                second_moment[name][index] = m2[name]
+        for name in names:
+            storage[name][index] = live[name]
+            first_moment[name][index] = m1[name]
+            second_moment[name][index] = m2[name]
         running = [k for k in running if k not in finished]
     bar.close()
     return ConvergedRun(

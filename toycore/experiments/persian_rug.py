@@ -1,11 +1,9 @@
 """Chapter 5 experiments: trained untied models against the Persian rug.
 
-A whole (p, nd/ns) grid at one ns trains as one batched run: every (p, ratio, seed) is an
-instance of ``UntiedAutoencoder``, smaller hidden sizes zero-padded to the largest, each with its
-own data stream and its own stopping rule (``train_until_converged``). Adam with the authors'
-settings: lr 3e-3/√ns, eps 1e-7, batch 1024. Losses are measured afterwards on fresh data.
-Each hidden size's batch is a shard (``train_group``), cached on its own and run through
-``toycore.shards``: in this process, or spread over a Dask cluster.
+The models are trained by ``rug_training`` (the authors' recipe, batched into cached shards);
+this module runs the chapter's grids and sweeps through it and analyses what comes back: the
+models' losses against the rug's, their symmetry statistics, the variance bound, and the loss's
+makeup.
 """
 
 from dataclasses import dataclass
@@ -14,19 +12,14 @@ import numpy as np
 import torch
 from scipy import optimize
 
-from .. import devices, shards
+from .. import devices
 from ..cache import cached
-from ..checks import check_choice, check_seeds, check_size
-from ..data import SparseUniform, prefetch_for
-from ..devices import to_host
-from ..models import OUTPUTS, UntiedAutoencoder
+from ..checks import check_seeds
+from ..data import SparseUniform
 from ..profiles import select
 from ..sizes import PERSIAN_RUG
 from ..theory import persian_rug as th
-from ..train import train_until_converged
-
-BATCH = 1024
-EVAL_SAMPLES = 16_384
+from .rug_training import BATCH, EVAL_SAMPLES, Models, hidden_size, train_models
 
 
 def sizes(profile=None):
@@ -35,143 +28,9 @@ def sizes(profile=None):
     return select(profile, **PERSIAN_RUG)
 
 
-def learning_rate(features):
-    """The authors' Adam learning rate, 3e-3 / √ns."""
-    return 3e-3 / features**0.5
-
-
-def hidden_size(features, ratio):
-    """nd for a ratio, as the authors' code rounds it: max(1, int(ns · ratio))."""
-    return max(1, int(features * th.check_ratio(ratio)))
-
-
 def instance_seed(cell, seed):
     """Distinct seeds for the grid's cells: cell k, replicate s -> 1000 k + s."""
     return 1000 * cell + seed
-
-
-@torch.no_grad()
-def evaluation_loss(model, densities, samples=EVAL_SAMPLES):
-    """Each instance's loss on fresh data (its own 'evaluation' stream): (instances,)."""
-    data = SparseUniform(
-        model.seeds,
-        model.features,
-        [1 - p for p in densities],
-        device=model.b.device,
-        purpose="evaluation",
-    )
-    chunks = [model.loss(data.sample(BATCH)) for _ in range(samples // BATCH)]
-    return to_host(torch.stack(chunks).mean(0)).astype(float)
-
-
-def _padded(curves):
-    """Per-instance loss curves of different lengths as one array, NaN after each run ends."""
-    out = np.full((len(curves), max(len(c) for c in curves)), np.nan, dtype=np.float32)
-    for k, curve in enumerate(curves):
-        out[k, : len(curve)] = curve
-    return out
-
-
-@dataclass(frozen=True)
-class Models:
-    """A job's trained models, in the order its instances were given."""
-
-    W: np.ndarray  # (instances, features, features) W = W_out W_in
-    b: np.ndarray  # (instances, features)
-    loss: np.ndarray  # (instances,) on fresh data
-    steps: np.ndarray  # (instances,) steps trained
-    converged: np.ndarray  # (instances,) stopped by the rule, not the cap
-    curves: np.ndarray  # (instances, longest run) training loss, NaN after a run stopped
-
-
-@dataclass(frozen=True)
-class Shard(Models):
-    """One shard's trained models, on the host, their loss curves not yet padded."""
-
-    curves: list  # instances arrays (steps,) of training loss, each as long as its run
-
-
-@cached
-def train_group(features, densities, hidden, seeds, *, output="relu", max_steps=45_000, steps=None):
-    """One shard: a model per (p, seed) pair, all with ``hidden`` dense dimensions, trained as
-    one batch to each one's stopping rule (or for exactly ``steps`` steps).
-
-    Returns a ``Shard``, on the host."""
-    model = UntiedAutoencoder(features, hidden, seeds, output=output)
-    data = SparseUniform(
-        model.seeds,
-        features,
-        [1 - p for p in densities],
-        prefetch=prefetch_for(len(seeds), BATCH, features),
-    )
-    run = train_until_converged(
-        model,
-        data,
-        lr=learning_rate(features),
-        batch=BATCH,
-        max_steps=max_steps,
-        steps=steps,
-        desc=f"{len(seeds)} models at ns={features}, nd={hidden}",
-    )
-    return Shard(
-        W=to_host(model.product()),
-        b=to_host(model.b),
-        loss=evaluation_loss(model, densities),
-        steps=run.steps,
-        converged=run.converged,
-        curves=run.loss,
-    )
-
-
-def train_models(jobs, *, output="relu", max_steps=45_000, steps=None, desc="training"):
-    """Train one model per (p, nd, seed) triple of every job, one shard per (ns, hidden size)
-    (``train_group``; padding every model to the widest would make a grid over nd/ns =
-    0.05..0.8 do twice the work), all shards dispatched together so that a cluster runs them
-    side by side. ``jobs``: a list of (ns, densities, hiddens, seeds), one entry per model.
-
-    Returns ``Models`` per job, in the order given."""
-    # the shards' own checks would run only once training has started: check here first
-    check_choice("output", output, OUTPUTS)
-    check_size("max_steps", max_steps) if steps is None else check_size("steps", steps)
-    plans, calls = [], []
-    for features, densities, hiddens, seeds in jobs:
-        check_size("features", features)
-        seeds, densities, hiddens = list(check_seeds(seeds)), list(densities), list(hiddens)
-        for p in densities:
-            th.check_density(p)
-        for hidden in hiddens:
-            check_size("hidden", hidden, maximum=features)
-        groups = [
-            [k for k, h in enumerate(hiddens) if h == hidden] for hidden in sorted(set(hiddens))
-        ]
-        plans.append((features, len(seeds), groups))
-        calls += [
-            (
-                (
-                    features,
-                    [densities[k] for k in group],
-                    hiddens[group[0]],
-                    [seeds[k] for k in group],
-                ),
-                dict(output=output, max_steps=max_steps, steps=steps),
-            )
-            for group in groups
-        ]
-    runs = iter(shards.run(train_group, calls, desc))
-    results = []
-    for features, count, groups in plans:
-        W = np.zeros((count, features, features), np.float32)
-        b = np.zeros((count, features), np.float32)
-        loss, steps, converged = np.zeros(count), np.zeros(count, int), np.zeros(count, bool)
-        curves = [None] * count
-        for group in groups:
-            run = next(runs)
-            W[group], b[group], loss[group] = run.W, run.b, run.loss
-            steps[group], converged[group] = run.steps, run.converged
-            for k, curve in zip(group, run.curves):
-                curves[k] = curve
-        results.append(Models(W, b, loss, steps, converged, _padded(curves)))
-    return results
 
 
 @dataclass(frozen=True)
@@ -184,6 +43,7 @@ class Grid:
     hidden: np.ndarray  # (R,) nd, as the authors round ns · ratio
     seeds: np.ndarray  # (S,)
     loss: np.ndarray  # (P, R, S) on fresh data
+    loss_se: np.ndarray  # (P, R, S) the standard error of that loss
     steps: np.ndarray  # (P, R, S) steps trained
     converged: np.ndarray  # (P, R, S) stopped by the rule, not the cap
     W: np.ndarray  # (P, R, S, ns, ns) W = W_out W_in
@@ -225,6 +85,7 @@ def grid_runs(sizes, densities, ratios, seeds, *, max_steps=45_000, steps=None):
                 hidden=np.array([hidden_size(features, r) for r in ratios]),
                 seeds=np.array(seeds),
                 loss=run.loss.reshape(shape),
+                loss_se=run.loss_se.reshape(shape),
                 steps=run.steps.reshape(shape),
                 converged=run.converged.reshape(shape),
                 W=W,
@@ -266,7 +127,7 @@ def size_sweep(sizes, density, ratio, seeds, *, max_steps=45_000):
             hidden=hidden_size(features, ratio),
             **{
                 name: np.concatenate([getattr(part, name) for part in parts])
-                for name in ("W", "b", "loss", "steps", "converged")
+                for name in ("W", "b", "loss", "loss_se", "steps", "converged")
             },
             curves=np.concatenate(
                 [

@@ -1,7 +1,8 @@
 # make book [PROFILE=ci|cpu|paper] [DEVICE=auto|cpu|cuda|cuda:k] [JOBS=n] [CHAPTERS="05 ..."]
 #                                    execute every chapter (JOBS at a time, default one per
 #                                    core) and build the HTML book; with CHAPTERS, execute and
-#                                    record only those (no HTML)
+#                                    record only those (no HTML); THROUGH=N with one chapter
+#                                    executes its sections 1 to N (a partial paper record)
 # make test                          the whole test suite, chapters run in the `ci` profile
 #                                    (installs Debian's Chromium and npm first if missing)
 # make clean-cache                   remove cached results that no current code can use
@@ -35,7 +36,8 @@ $(INSTALLED): requirements.txt pyproject.toml
 
 book: book-system $(INSTALLED)
 	$(PYTHON) -m toycore.book --profile $(PROFILE) $(if $(DEVICE),--device $(DEVICE)) \
-		$(if $(JOBS),--jobs $(JOBS)) $(if $(CHAPTERS),--chapters $(CHAPTERS))
+		$(if $(JOBS),--jobs $(JOBS)) $(if $(CHAPTERS),--chapters $(CHAPTERS)) \
+		$(if $(THROUGH),--through $(THROUGH))
 
 # One thread per process: the ci profile's models are tiny, so a second thread buys nothing
 # (4.1 min against 3.7 alone), while two processes each spinning two threads on two cores

@@ -2,8 +2,8 @@ import json
 
 import pytest
 
-from toycore import cache, profiles
-from toycore.claims import Ledger, LedgerTable, load_ledgers, unexpected_verdicts
+from toycore import book, cache, profiles
+from toycore.claims import BesideTable, Ledger, LedgerTable, load_ledgers, unexpected_verdicts
 from toycore.experiments import hidden_noise, linear, persian_rug, polysemantic, relu
 
 
@@ -193,3 +193,34 @@ def test_every_toycore_module_is_classed_as_computing_or_outside_the_key():
     assert modules - cache.OUTSIDE_KEY == computing
     assert cache.SHARED | set(cache.CHAPTER_PACKAGES) == computing
     assert cache.OUTSIDE_KEY <= modules
+
+
+def test_a_row_outside_the_texts_regime_is_shown_and_not_counted():
+    ledger = Ledger("99_example", "ci")
+    ledger.close_to("a", "holds", "s", expected=1.0, measured=1.0, tolerance=0.1)
+    ledger.close_to(
+        "b", "few features", "s", expected=1.0, measured=2.0, tolerance=0.1, outside_regime="p·ns 5"
+    )
+    assert ledger.all_passed and unexpected_verdicts(ledger.rows) == []
+    html = LedgerTable(ledger.rows)._repr_html_()
+    assert "1 of 1 reproduce; 1 outside the text's regime" in html
+    assert "outside the text's regime</span><br><small>(does not hold here; p·ns 5)" in html
+    with pytest.raises(ValueError, match="outside the text's regime is not a known failure"):
+        ledger.at_most("c", "c", "s", measured=1, bound=0, known_failure=True, outside_regime="x")
+    summary = book.ledger_summary({"99_example": ledger.rows}, {})
+    assert "| 2 | 1 | 0 | 1 |" in summary and "did not reproduce" not in summary
+
+
+def test_this_builds_rows_stand_beside_the_recorded_ones():
+    ledger = Ledger("99_example", "ci")
+    ledger.close_to("h.ns64", "at 64", "s", expected=1.0, measured=0.9, tolerance=0.05, spread=0.01)
+    recorded = [
+        {**ledger.rows[0], "measured": 0.98, "passed": True, "profile": "paper"},
+        {**ledger.rows[0], "id": "h.ns2048", "claim": "at 2048", "profile": "paper"},
+    ]
+    html = BesideTable(ledger.rows, recorded, "recorded somewhere")._repr_html_()
+    assert "<caption>recorded somewhere</caption>" in html
+    at_64, at_2048 = html.split("<tr>")[2:]
+    assert "<td>0.9 ± 0.01</td>" in at_64 and "does not reproduce" in at_64
+    assert '<td>0.98 ± 0.01</td><td><span style="color:#1a7f37">reproduces' in at_64
+    assert at_2048.startswith("<td>at 2048</td><td>not run</td>")

@@ -2,6 +2,7 @@
 baseline, and batched grid training."""
 
 import dataclasses
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -216,7 +217,8 @@ def test_small_ratio_limit_is_the_variance_and_the_rug_sits_between_the_bound_an
 def test_exact_linear_baseline_matches_a_trained_linear_model(tmp_path, monkeypatch):
     monkeypatch.setenv("TOYCORE_CACHE", str(tmp_path))  # computed afresh, not served
     features, p = 32, 0.1
-    losses = ex.linear_runs(features, p, [0.25, 0.5], [0, 1])
+    losses, converged = ex.linear_runs(features, p, [0.25, 0.5], [0, 1])
+    assert converged.all()
     for ratio, loss in zip([0.25, 0.5], losses):
         assert loss == pytest.approx(th.linear_loss(p, ratio), rel=0.03)
 
@@ -314,3 +316,60 @@ def test_the_written_out_gradients_are_autograds(output):
     for grad, (name, param) in zip(grads, model.named_parameters()):
         assert torch.allclose(grad, param.grad, atol=1e-14), name
     assert torch.all(grads[0][0, 3:] == 0) and torch.all(grads[1][0, :, 3:] == 0)
+
+
+def test_the_regime_is_where_the_interference_kurtosis_is_small():
+    # the closed form against a sample of the sum of ns - 1 features
+    p, features = 0.2, 16
+    x = SparseUniform([0], features - 1, 1 - p, dtype=torch.float64).sample(400_000)[0].sum(1)
+    centred = x - x.mean()
+    sample = (centred**4).mean() / (centred**2).mean() ** 2 - 3  # a noisy estimate
+    assert th.interference_kurtosis(p, features) == pytest.approx(sample.item(), rel=0.15)
+    assert th.interference_kurtosis(0.01, 1000) == pytest.approx(9 / (5 * 0.01 * 1000), rel=0.05)
+    first = th.regime_size(0.045)
+    assert th.in_regime(0.045, first) and not th.in_regime(0.045, first - 1)
+    assert th.in_regime(0.045, np.array([128, 1024])).tolist() == [False, True]
+    with pytest.raises(ValueError, match="features must be at least 2"):
+        th.interference_kurtosis(0.1, 1)
+
+
+def test_a_fitted_rug_loses_no_more_than_the_large_ns_a_and_b(tmp_path, monkeypatch):
+    monkeypatch.setenv("TOYCORE_CACHE", str(tmp_path))
+    fitted = ex.fitted_rug(512, 0.1, 0.5, samples=4096)
+    with_formula, formula = ex.rug_model_loss(512, 0.1, 0.5, samples=4096)
+    # fitted on other samples than it is measured on: no higher than the formula's a and b give
+    assert fitted.loss <= with_formula + 3 * fitted.loss_se
+    # p·ns = 51 active features, inside the regime: close to the large-ns loss
+    assert th.in_regime(0.1, 512) and fitted.loss == pytest.approx(formula, rel=0.05)
+    assert fitted.loss_se < 0.01 * fitted.loss and fitted.a > 0
+
+
+def test_the_decay_exponent_of_a_statistic_and_the_capped_models_left_out():
+    sizes, seeds = [32, 64, 128], 2
+    grids = []
+    for n in sizes:  # a statistic falling exactly as ns^-1, with one capped model per grid
+        converged = np.ones((1, 1, seeds), bool)
+        converged[0, 0, 1] = False
+        value = np.full((1, 1, seeds), 1.0 / n)
+        value[0, 0, 1] = 1e6  # the capped model: left out, or the fit would be off
+        grids.append(
+            SimpleNamespace(features=n, converged=converged, statistics={"diagonal": value})
+        )
+    slope, error = ex.decay_exponent(grids, "diagonal")
+    assert slope == pytest.approx(-1) and error == pytest.approx(0, abs=1e-9)
+    masked = ex.stopped_by_rule(grids[0], np.ones((1, 1, seeds, 3)))
+    assert np.isnan(masked[0, 0, 1]).all() and (masked[0, 0, 0] == 1).all()
+
+
+def test_the_headline_in_words_reads_each_sizes_rows():
+    rows = [
+        dict(id="headline.ns64", measured=1.21, outside_regime="p·ns = 3"),
+        dict(id="headline.fitted_ns64", measured=1.1, outside_regime="p·ns = 3"),
+        dict(id="headline.ns1024", measured=0.98, outside_regime=""),
+    ]
+    assert ex.headline_sentences(rows) == (
+        "at ns = 64 trained models lose 1.210 times the large-ns loss and 1.100 times a fitted "
+        "rug's of their size (outside the text's regime); at ns = 1024 trained models lose "
+        "0.980 times the large-ns loss"
+    )
+    assert ex.headline_sentences([]) == "nothing has been recorded"

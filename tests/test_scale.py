@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 
+import nbformat
 import numpy as np
 import pytest
 import torch
@@ -344,6 +345,40 @@ def test_the_comparison_puts_each_claim_beside_its_recorded_verdict():
     assert "has not been run for this chapter" in unrecorded and "<td>not run</td>" in unrecorded
     same_code = book.paper_comparison(here, recorded, {}, codes={"99_example": "c0de"})
     assert "code has changed" not in same_code
+
+
+def test_a_partial_record_says_what_it_holds_and_leaves_the_rest_not_run(tmp_path):
+    good = _record([_row("a", True)])
+    part = "sections 1 to 3 of the chapter"
+    records.write("99_example", good["rows"], good["provenance"], folder=tmp_path, partial=part)
+    (record,) = records.load(tmp_path).values()
+    assert record["partial"] == part and records.check(record) == []
+    assert records.check({**record, "partial": ""}) == [
+        "partial does not say which part of the chapter it holds"
+    ]
+    # a whole record and a partial one are not the same run
+    assert records.recorded_before("99_example", good["rows"], good["provenance"], tmp_path) is None
+    assert (
+        records.recorded_before("99_example", good["rows"], good["provenance"], tmp_path, part)
+        == record
+    )
+    here = {"99_example": [_row("a", True, profile="ci"), _row("b", True, profile="ci")]}
+    text = book.paper_comparison(here, {"99_example": record}, {}, codes={})
+    assert f"Paper profile of {part} recorded" in text and "1 of 1 reproduce" in text
+    assert "claim b | with a bar</td><td>reproduces</td><td>not run</td>" in text
+
+
+def test_a_chapter_runs_through_a_section_and_then_saves_its_ledger(tmp_path):
+    notebook = REPO_ROOT / "chapters" / "05_persian_rug.ipynb"
+    copy = book.through_section(notebook, 3, tmp_path)
+    cells = nbformat.read(copy, as_version=4).cells
+    headings = [c.source.split("\n")[0] for c in cells if c.source.startswith("## ")]
+    assert headings[-1].startswith("## 3. ") and cells[-1].source.startswith("ledger.save()")
+    assert not any(c.source.startswith("## 4. ") for c in cells)
+    with pytest.raises(ValueError, match="has no section 99 to stop before"):
+        book.through_section(notebook, 98, tmp_path)
+    with pytest.raises(ValueError, match="--through needs exactly one chapter"):
+        book.build("ci", tmp_path, only=None, through=3)
 
 
 def claim_ids_in(notebook):

@@ -51,7 +51,8 @@ from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from papermill.exceptions import PapermillExecutionError
 
 from . import devices, offline, records, shards
-from .claims import load_ledgers
+from .checks import check_size
+from .claims import load_ledgers, outside
 from .paths import REPO_ROOT
 from .paths import build_dir as default_build_dir
 from .profiles import PROFILES, resolve_profile
@@ -201,22 +202,25 @@ def stopped_cell(output):
 def ledger_summary(ledgers, titles):
     """The intro page's table of every chapter's claims ledger, linking to each chapter's table."""
     lines = [
-        "| chapter | profile | claims | reproduce | do not reproduce | ledger |",
-        "|---|---|---|---|---|---|",
+        "| chapter | profile | claims | reproduce | do not reproduce | outside the text's regime "
+        "| ledger |",
+        "|---|---|---|---|---|---|---|",
     ]
     failing = []
     for stem, rows in ledgers.items():
-        passed = sum(row["passed"] for row in rows)
+        tested = [row for row in rows if not outside(row)]
+        passed = sum(row["passed"] for row in tested)
         profiles = ", ".join(sorted({row["profile"] for row in rows}))
         page = f"chapters/{stem}.ipynb"
         lines.append(
             f"| [{titles.get(stem, stem)}]({page}) | `{profiles}` | {len(rows)} | {passed} "
-            f"| {len(rows) - passed} | [table]({page}#{LEDGER_ANCHOR}) |"
+            f"| {len(tested) - passed} | {len(rows) - len(tested)} "
+            f"| [table]({page}#{LEDGER_ANCHOR}) |"
         )
         failing += [
             f"- {titles.get(stem, stem)}: {row['claim']}"
             + (" (explained in the chapter)" if row["known_failure"] else " (**unexpected**)")
-            for row in rows
+            for row in tested
             if not row["passed"]
         ]
     if failing:
@@ -226,6 +230,8 @@ def ledger_summary(ledgers, titles):
 
 def _verdict(row):
     """A ledger row's verdict in words, as the chapters' tables show it."""
+    if outside(row):
+        return "outside the text's regime"
     if row["passed"]:
         return "reproduces"
     return "<strong>does not reproduce</strong>" + (" (explained)" if row["known_failure"] else "")
@@ -247,13 +253,24 @@ def paper_comparison(ledgers, recorded, titles, codes):
         else:
             given = record["provenance"]
             changes = " with uncommitted changes" if given["uncommitted_changes"] else ""
+            tested = [row for row in paper.values() if not outside(row)]
+            held = f" of {record['partial']}" if record.get("partial") else ""
             lines.append(
-                f"Paper profile recorded {given['recorded']} on {given['device']} "
+                f"Paper profile{held} recorded {given['recorded']} on {given['device']} "
                 f"(`{given['device_type']}`), torch {given['torch']}, commit "
                 f"`{given['commit'][:10]}`{changes}, in {given['wall_time_s'] / 60:.1f} min "
                 f"({given['chapters_at_once']} chapter(s) at a time): "
-                f"{sum(row['passed'] for row in paper.values())} of {len(paper)} reproduce."
+                f"{sum(row['passed'] for row in tested)} of {len(tested)} reproduce"
+                + (
+                    f", {len(paper) - len(tested)} outside the text's regime."
+                    if len(tested) < len(paper)
+                    else "."
+                )
             )
+            if record.get("partial"):
+                lines.append(
+                    " The other rows have not been run at the texts' sizes (**not run** below)."
+                )
             if given["code"] != codes.get(stem):
                 lines.append(
                     " This chapter's computing code has changed since the record was made."
@@ -270,7 +287,7 @@ def paper_comparison(ledgers, recorded, titles, codes):
                 _verdict(paper[claim_id])
                 if claim_id in paper
                 else "not run"
-                if record is None
+                if record is None or record.get("partial")
                 else "not recorded"
             )
             table.append(
@@ -542,15 +559,50 @@ def build_lock(build_dir, log):
         yield  # the lock goes with the file's closing, also when the process dies
 
 
-def build(profile=None, build_dir=None, log=print, device=None, jobs=None, only=None, render=True):
+def through_section(notebook, section, folder):
+    """A copy of ``notebook`` in ``folder`` that stops after its section ``section`` (the cells
+    before the heading ``## <section + 1>.``) and then saves its ledger (its last cell, which
+    every chapter ends with). Returns the copy's path; a clear error if there is no such
+    section."""
+    chapter = nbformat.read(notebook, as_version=4)
+    check_size("through", section)
+    ends = [
+        k
+        for k, cell in enumerate(chapter.cells)
+        if cell.cell_type == "markdown" and cell.source.startswith(f"## {section + 1}. ")
+    ]
+    if not ends:
+        raise ValueError(f"{shown(notebook)} has no section {section + 1} to stop before")
+    if "ledger.save()" not in chapter.cells[-1].source:
+        raise ValueError(f"{shown(notebook)} does not end with ledger.save()")
+    chapter.cells = chapter.cells[: ends[0]] + [chapter.cells[-1]]
+    folder.mkdir(parents=True, exist_ok=True)
+    nbformat.write(chapter, folder / notebook.name)
+    return folder / notebook.name
+
+
+def build(
+    profile=None,
+    build_dir=None,
+    log=print,
+    device=None,
+    jobs=None,
+    only=None,
+    render=True,
+    through=None,
+):
     """Execute the chapters under ``profile`` on ``device`` and build ``<build>/html``; returns
     index.html. ``jobs``: processes computing, chapters and shards (default: one per core on
     the CPU, one on a GPU). ``only``: chapter names (see ``select_chapters``) to execute and
-    record without rendering; returns None, as with ``render=False``."""
+    record without rendering; returns None, as with ``render=False``. ``through``: with one
+    chapter in ``only``, execute its sections 1 to ``through`` only, and in the paper profile
+    record their rows as a partial record."""
     profile = resolve_profile(profile)
     device = str(devices.resolve(device))  # a bad device or a missing GPU stops here
     github = repository()
     notebooks = select_chapters(only)
+    if through is not None and (not only or len(notebooks) != 1):
+        raise ValueError("--through needs exactly one chapter named with --chapters")
     render = render and not only
     jobs = check_jobs(jobs, device)
     at_once = min(jobs, len(notebooks))
@@ -582,6 +634,10 @@ def build(profile=None, build_dir=None, log=print, device=None, jobs=None, only=
         claims = build_dir / "claims"
         for notebook in notebooks:  # a ledger from an earlier build must not pass for this one
             (claims / f"{notebook.stem}.json").unlink(missing_ok=True)
+        partial = None
+        if through is not None:
+            notebooks = [through_section(notebooks[0], through, build_dir / "partial")]
+            partial = f"sections 1 to {through} of the chapter"
 
         def finished(notebook, seconds):
             log(f"  {notebook.stem} done in {seconds:.0f} s")
@@ -590,11 +646,11 @@ def build(profile=None, build_dir=None, log=print, device=None, jobs=None, only=
                 if not rows:
                     return
                 given = records.provenance(notebook.stem, device, seconds, at_once)
-                kept = records.recorded_before(notebook.stem, rows, given)
+                kept = records.recorded_before(notebook.stem, rows, given, partial=partial)
                 if kept:  # every result came from the cache: the record's time is the real run's
                     log(f"  same results as the record of {kept['provenance']['recorded']}, kept")
                 else:
-                    path = records.write(notebook.stem, rows, given)
+                    path = records.write(notebook.stem, rows, given, partial=partial)
                     log(f"  recorded in {path.relative_to(REPO_ROOT)}")
 
         # The kernels papermill starts inherit these: the profile and device for code that reads
@@ -686,6 +742,13 @@ def main(argv=None):
     parser.add_argument(
         "--no-html", action="store_true", help="execute (and record) the chapters, render no HTML"
     )
+    parser.add_argument(
+        "--through",
+        type=int,
+        default=None,
+        metavar="N",
+        help="with one chapter: execute its sections 1 to N only (a partial paper record)",
+    )
     parser.add_argument("--build-dir", default=None, help="default: _build at the repository root")
     args = parser.parse_args(argv)
     try:
@@ -696,6 +759,7 @@ def main(argv=None):
             jobs=args.jobs,
             only=args.chapters,
             render=not args.no_html,
+            through=args.through,
         )
     except (BuildError, ValueError) as error:
         print(f"book build failed: {error}", file=sys.stderr)

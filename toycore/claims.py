@@ -9,7 +9,12 @@ whose verdict is computed from the numbers (never set by hand)::
     ledger.at_least(id, claim, source, measured=..., bound=...)
     ledger.equal(id, claim, source, expected=..., measured=...)
 
-Each also takes ``spread=``, ``note=`` and ``known_failure=`` (see ``close_to``).
+Each also takes ``spread=``, ``note=``, ``known_failure=`` and ``outside_regime=`` (see
+``close_to``). A row is one of three kinds: a test of the text's claim, which can fail; a sanity
+check, true by construction, whose claim says so; or a claim checked where the text's analysis
+does not apply, whose ``outside_regime`` says why: its verdict is computed and shown, but it
+counts neither as reproduced nor as failed. A row's labels are decided from sizes and settings,
+never from its own measured value (``tests/test_ledger_labels.py`` enforces it).
 ``ledger.save()`` writes ``<build>/claims/<chapter>.json`` (a list of objects with id, claim,
 source, expected, measured, tolerance, compare, passed, profile, ...; a bound is stored as
 ``expected`` with tolerance 0) and ``ledger.table()`` renders the HTML table shown in the
@@ -54,6 +59,8 @@ class Ledger:
         known_failure: the chapter has shown, with its explanation, that this claim does not
             reproduce. The verdict is still computed; the tests flag a known failure that starts
             passing as firmly as a new failure.
+        outside_regime: why the text's analysis does not apply at these sizes or settings (an
+            empty string: it does). Such a row's verdict is computed and shown, not counted.
         """
         compare = "rel" if relative else "abs"
         return self._add(id, claim, source, expected, measured, tolerance, compare, **details)
@@ -83,6 +90,7 @@ class Ledger:
         spread=None,
         note="",
         known_failure=False,
+        outside_regime="",
     ):
         if any(row["id"] == id for row in self.rows):
             raise ValueError(f"duplicate claim id {id!r}")
@@ -90,6 +98,8 @@ class Ledger:
         tolerance = _number("tolerance", tolerance)
         if tolerance < 0:
             raise ValueError(f"tolerance must be >= 0; got {tolerance}")
+        if known_failure and outside_regime:
+            raise ValueError(f"{id}: a row outside the text's regime is not a known failure")
         row = dict(
             id=id,
             claim=claim,
@@ -102,6 +112,7 @@ class Ledger:
             spread=None if spread is None else float(spread),
             note=note,
             known_failure=bool(known_failure),
+            outside_regime=str(outside_regime),
             profile=self.profile,
             chapter=self.chapter,
         )
@@ -110,7 +121,7 @@ class Ledger:
 
     @property
     def all_passed(self):
-        return all(row["passed"] for row in self.rows)
+        return all(row["passed"] for row in self.rows if not row["outside_regime"])
 
     def save(self):
         """Write the rows to ``<build>/claims/<chapter>.json`` and return the path."""
@@ -130,6 +141,28 @@ def _format(value):
     return f"{value:.4g}"
 
 
+def outside(row):
+    """Whether a row checks its claim outside the text's regime (rows recorded before the
+    label existed are inside it)."""
+    return bool(row.get("outside_regime"))
+
+
+def verdict_html(row):
+    """A row's verdict as the chapters' tables show it."""
+    if outside(row):
+        held = "holds" if row["passed"] else "does not hold"
+        return (
+            '<span style="color:#6e7781">outside the text\'s regime</span>'
+            f"<br><small>({held} here; {html.escape(row['outside_regime'])})</small>"
+        )
+    if row["passed"]:
+        return '<span style="color:#1a7f37">reproduces</span>'
+    verdict = '<strong style="color:#cf222e">does not reproduce</strong>'
+    if row.get("known_failure"):
+        verdict += "<br><small>(explained in the chapter)</small>"
+    return verdict
+
+
 class LedgerTable:
     def __init__(self, rows):
         self.rows = rows
@@ -144,13 +177,7 @@ class LedgerTable:
             measured = _format(r["measured"])
             if r["spread"] is not None:
                 measured += f" ± {_format(r['spread'])}"
-            verdict = (
-                '<span style="color:#1a7f37">reproduces</span>'
-                if r["passed"]
-                else '<strong style="color:#cf222e">does not reproduce</strong>'
-            )
-            if r.get("known_failure") and not r["passed"]:
-                verdict += "<br><small>(explained in the chapter)</small>"
+            verdict = verdict_html(r)
             note = f"<br><small>{html.escape(r['note'])}</small>" if r["note"] else ""
             _, expected, tolerance = COMPARISONS[r["compare"]]
             if r["compare"] in ("le", "ge"):  # a bound; older records kept a tolerance on it
@@ -164,19 +191,61 @@ class LedgerTable:
                 f"<td>{expected}</td><td>{measured}</td><td>{tolerance}</td>"
                 f"<td>{verdict}</td></tr>"
             )
-        passed = sum(r["passed"] for r in self.rows)
+        tested = [r for r in self.rows if not outside(r)]
+        passed = sum(r["passed"] for r in tested)
+        outside_note = (
+            f"; {len(self.rows) - len(tested)} outside the text's regime"
+            if len(tested) < len(self.rows)
+            else ""
+        )
         profile = self.rows[0]["profile"] if self.rows else "?"
         caption = (
-            f"<caption>Claims ledger: {passed} of {len(self.rows)} reproduce "
+            f"<caption>Claims ledger: {passed} of {len(tested)} reproduce{outside_note} "
             f"(profile <code>{profile}</code>)</caption>"
         )
         return f'<table class="claims-ledger">{caption}{head}{"".join(body)}</table>'
 
 
+class BesideTable:
+    """This build's rows beside those recorded at the texts' sizes (``toycore.records``): for
+    each claim, our value and verdict in each. ``recorded``: the paper record's rows (empty when
+    none holds these claims), ``source``: one line on where and when they were recorded."""
+
+    def __init__(self, rows, recorded, source):
+        self.rows, self.recorded, self.source = rows, recorded, source
+
+    def _cell(self, row):
+        if row is None:
+            return "<td>not run</td><td></td>"
+        measured = _format(row["measured"])
+        if row.get("spread") is not None:
+            measured += f" ± {_format(row['spread'])}"
+        return f"<td>{measured}</td><td>{verdict_html(row)}</td>"
+
+    def _repr_html_(self):
+        here = {row["id"]: row for row in self.rows}
+        there = {row["id"]: row for row in self.recorded}
+        ids = list(here) + [claim_id for claim_id in there if claim_id not in here]
+        profile = self.rows[0]["profile"] if self.rows else "?"
+        head = (
+            "<tr><th>claim</th>"
+            f"<th colspan=2>this build (<code>{profile}</code>)</th>"
+            "<th colspan=2>the texts' sizes (<code>paper</code>)</th></tr>"
+        )
+        body = [
+            f"<tr><td>{html.escape((here.get(i) or there[i])['claim'])}</td>"
+            f"{self._cell(here.get(i))}{self._cell(there.get(i))}</tr>"
+            for i in ids
+        ]
+        caption = f"<caption>{html.escape(self.source)}</caption>"
+        return f'<table class="claims-ledger">{caption}{head}{"".join(body)}</table>'
+
+
 def unexpected_verdicts(rows):
     """The ids of rows whose verdict is not the expected one: every row should reproduce,
-    except the known failures, which should not."""
-    return [row["id"] for row in rows if row["passed"] == row["known_failure"]]
+    except the known failures, which should not; a row outside the text's regime may do
+    either."""
+    return [row["id"] for row in rows if not outside(row) and row["passed"] == row["known_failure"]]
 
 
 def load_ledgers(directory=None):

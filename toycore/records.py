@@ -5,7 +5,11 @@
     {"chapter": "05_persian_rug", "profile": "paper",
      "provenance": {"commit", "uncommitted_changes", "code", "device", "device_type", "torch",
                     "numpy", "scipy", "python", "wall_time_s", "chapters_at_once", "recorded"},
-     "rows": [the chapter's ledger rows, as Ledger.save writes them]}
+     "rows": [the chapter's ledger rows, as Ledger.save writes them],
+     "partial": "sections 1 to 3 of the chapter"}     (only in a partial record)
+
+A partial record (``python -m toycore.book --profile paper --chapters 05 --through 3``) holds the
+rows of the chapter's first sections; the intro shows its other rows as not run.
 
 The folder is committed, so the intro page of any build can show, beside its own verdicts, what
 the texts' sizes gave, on which machine and when. ``code`` is the hash of the computing code
@@ -25,6 +29,7 @@ import torch
 
 from . import devices
 from .cache import code_hash
+from .claims import BesideTable
 from .paths import REPO_ROOT
 
 FOLDER = REPO_ROOT / "results" / "paper"
@@ -105,22 +110,28 @@ def provenance(chapter, device, wall_time_s, chapters_at_once):
 SAME_RUN = ("code", "device_type", "torch", "numpy", "scipy")
 
 
-def recorded_before(chapter, rows, provenance, folder=None):
-    """The existing record of ``chapter`` if it holds these rows from the same code, device type
-    and libraries (its date and wall time are then the run that computed them), else None."""
+def recorded_before(chapter, rows, provenance, folder=None, partial=None):
+    """The existing record of ``chapter`` if it holds these rows (of the same part) from the same
+    code, device type and libraries (its date and wall time are then the run that computed
+    them), else None."""
     path = (folder or FOLDER) / f"{chapter}.json"
     if not path.exists():
         return None
     record = json.loads(path.read_text())
-    same = json.dumps(record.get("rows")) == json.dumps(rows) and all(
-        record.get("provenance", {}).get(key) == provenance[key] for key in SAME_RUN
+    same = (
+        json.dumps(record.get("rows")) == json.dumps(rows)
+        and record.get("partial") == partial
+        and all(record.get("provenance", {}).get(key) == provenance[key] for key in SAME_RUN)
     )
     return record if same else None
 
 
-def write(chapter, rows, provenance, folder=None):
-    """Record one chapter's paper-profile ledger; returns the file's path."""
+def write(chapter, rows, provenance, folder=None, partial=None):
+    """Record one chapter's paper-profile ledger (``partial``: which part of the chapter, for a
+    record of its first sections only); returns the file's path."""
     record = dict(chapter=chapter, profile="paper", provenance=provenance, rows=rows)
+    if partial:
+        record["partial"] = partial
     problems = check(record)
     if problems:
         raise ValueError(f"not a paper-profile record of {chapter}: {'; '.join(problems)}")
@@ -128,6 +139,30 @@ def write(chapter, rows, provenance, folder=None):
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n")
     return path
+
+
+def recorded_rows(chapter, *prefixes, folder=None):
+    """The rows of ``chapter``'s paper record whose ids start with ``prefixes`` (none without
+    a record)."""
+    record = load(folder).get(chapter)
+    return [row for row in record["rows"] if row["id"].startswith(prefixes)] if record else []
+
+
+def beside(ledger, *prefixes, folder=None):
+    """The rows of ``ledger`` whose ids start with ``prefixes``, beside the same claims in its
+    chapter's paper record (``claims.BesideTable``, which a notebook displays)."""
+    rows = [row for row in ledger.rows if row["id"].startswith(prefixes)]
+    record = load(folder).get(ledger.chapter)
+    if record is None:
+        return BesideTable(rows, [], "The texts' sizes have not been run for this chapter yet.")
+    given = record["provenance"]
+    recorded = recorded_rows(ledger.chapter, *prefixes, folder=folder)
+    stale = "" if given["code"] == chapter_code(ledger.chapter) else "; the code has changed since"
+    source = (
+        f"The texts' sizes: recorded {given['recorded']} on {given['device']}, commit "
+        f"{given['commit'][:10]}, in {given['wall_time_s'] / 60:.0f} min{stale}."
+    )
+    return BesideTable(rows, recorded, source)
 
 
 def load(folder=None):
@@ -155,6 +190,8 @@ def check(record):
             problems.append("provenance's wall_time_s is not a time in seconds")
         if given.get("device_type") not in ("cpu", "cuda"):
             problems.append(f"provenance's device_type is {given.get('device_type')!r}")
+    if "partial" in record and not (isinstance(record["partial"], str) and record["partial"]):
+        problems.append("partial does not say which part of the chapter it holds")
     rows = record.get("rows")
     if not isinstance(rows, list) or not rows:
         problems.append("no ledger rows")

@@ -215,7 +215,8 @@ PERSIAN_RUG = dict(
         densities=[0.001, 0.01, 0.05, 0.1, 0.2, 0.4, 0.6],
         ratios=[0.02, 0.05, 0.1, 0.2, 0.3, 0.4, 0.6, 0.8],
         grid_seeds=[0, 1, 2],
-        # the authors' code has no cap; ns = 2048 models learn at half the rate of ns = 512 ones
+        # a cap the stopping rule should end first: ns = 2048 models learn at half the rate of
+        # ns = 512 ones (lr 3e-3/√ns)
         max_steps=100_000,
         long_steps=100_000,
         sweep_sizes=[128, 256, 512, 1024, 2048],

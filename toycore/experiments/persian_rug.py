@@ -6,6 +6,7 @@ models' losses against the rug's, their symmetry statistics, the variance bound,
 makeup.
 """
 
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -143,8 +144,52 @@ def size_sweep(sizes, density, ratio, seeds, *, max_steps=45_000):
     return sweep
 
 
+def stopped_by_rule(grid, values):
+    """``values`` (P, R, S, ...) of a grid's models, NaN for each model that hit the step cap: a
+    capped model never counts toward a verdict."""
+    mask = grid.converged.reshape(grid.converged.shape + (1,) * (np.ndim(values) - 3))
+    return np.where(mask, values, np.nan)
+
+
+def decay_exponent(grids, name):
+    """How a symmetry statistic falls with ns: the least-squares slope of log(median over a
+    grid's cells) against log ns, one point per ns and seed (capped models left out), and its
+    standard error: (slope, standard error)."""
+    x, y = [], []
+    for grid in grids:
+        with warnings.catch_warnings():  # a seed whose every model hit the cap has no median
+            warnings.simplefilter("ignore", RuntimeWarning)
+            medians = np.nanmedian(stopped_by_rule(grid, grid.statistics[name]), axis=(0, 1))
+        medians = medians[~np.isnan(medians)]
+        x += [np.log(grid.features)] * len(medians)
+        y += list(np.log(medians))
+    x, y = np.array(x), np.array(y)
+    slope, intercept = np.polyfit(x, y, 1)
+    residuals = y - (slope * x + intercept)
+    spread = np.sum((x - x.mean()) ** 2)
+    return float(slope), float(np.sqrt(residuals @ residuals / (len(x) - 2) / spread))
+
+
+def headline_sentences(rows):
+    """The headline rows of one ledger (this build's, or a paper record's) in words, one clause
+    per ns: what trained models lose against the large-ns rug and against a fitted rug of their
+    size, and whether the size is in the text's regime."""
+    by_id = {row["id"]: row for row in rows}
+    sizes = sorted(int(i.rsplit("ns", 1)[1]) for i in by_id if i.startswith("headline.ns"))
+    clauses = []
+    for n in sizes:
+        large, fitted = by_id[f"headline.ns{n}"], by_id.get(f"headline.fitted_ns{n}")
+        clause = f"at ns = {n} trained models lose {large['measured']:.3f} times the large-ns loss"
+        if fitted is not None:
+            clause += f" and {fitted['measured']:.3f} times a fitted rug's of their size"
+        clause += " (outside the text's regime)" if large.get("outside_regime") else ""
+        clauses.append(clause)
+    return "; ".join(clauses) if clauses else "nothing has been recorded"
+
+
 def linear_runs(features, density, ratios, seeds, *, max_steps=45_000):
-    """Trained linear models (no ReLU) with a bias, to check the exact linear optimum: (R, S)."""
+    """Trained linear models (no ReLU) with a bias, to check the exact linear optimum: their
+    losses and whether the stopping rule stopped them (not the cap), each (R, S)."""
     instances = [(r, s) for r in ratios for s in seeds]
     (run,) = train_models(
         [
@@ -159,7 +204,8 @@ def linear_runs(features, density, ratios, seeds, *, max_steps=45_000):
         max_steps=max_steps,
         desc=f"{len(instances)} linear models",
     )
-    return run.loss.reshape(len(ratios), len(seeds))
+    shape = (len(ratios), len(seeds))
+    return run.loss.reshape(shape), run.converged.reshape(shape)
 
 
 @torch.no_grad()
@@ -185,6 +231,104 @@ def rug_model_loss(features, density, ratio, seed=0, samples=EVAL_SAMPLES):
         y = torch.relu(x @ W_in.T @ W_out.T + bias)
         total += (x - y).square().mean().item()
     return total / (samples // BATCH), predicted
+
+
+@dataclass(frozen=True)
+class FittedRug:
+    """An actual rug of one size with its scale and bias fitted on data (as the text does for
+    the rugs it plots), measured on fresh data."""
+
+    a: float  # the scale of W = a R
+    b: float  # every output's bias
+    loss: float  # on EVAL_SAMPLES fresh samples
+    loss_se: float  # the standard error of that loss, from its batches
+
+
+def _rug_interference(features, density, ratio, seed, samples, purpose):
+    """Samples x of the data (samples, ns) and R x for a rug R of ns = ``features``, float64."""
+    W_in, W_out, _ = th.persian_rug(features, hidden_size(features, ratio), seed)
+    W_in, W_out = torch.as_tensor(W_in), torch.as_tensor(W_out)
+    data = SparseUniform(
+        [seed], features, 1 - density, device="cpu", dtype=torch.float64, purpose=purpose
+    )
+    x = data.sample(samples)[0]
+    # (samples, ns) x (ns, nd) x (nd, ns) -> (samples, ns)
+    return x, x @ W_in.T @ W_out.T
+
+
+@cached
+@torch.no_grad()
+def fitted_rug(features, density, ratio, seed=0, samples=EVAL_SAMPLES):
+    """The rug of ns = ``features`` and nd/ns = ``ratio``, with a and b in ReLU(a R x + b) fitted
+    by L-BFGS to the squared error on ``samples`` samples, from the large-ns optimum, then
+    measured on as many fresh ones. Returns a ``FittedRug``."""
+    x, z = _rug_interference(features, density, ratio, seed, samples, "rug fit")
+
+    def loss_and_gradient(ab):
+        pre = ab[0] * z + ab[1]  # (samples, ns)
+        error = pre.clamp(min=0) - x
+        loss = error.square().mean().item()
+        error *= (pre > 0) * (2 / error.numel())  # d loss / d pre
+        return loss, np.array([(error * z).sum().item(), error.sum().item()])
+
+    _, a, b = th.rug_loss(density, hidden_size(features, ratio) / features)
+    # the rug's rows all have the same interference mean μ, E (R x)_i - E x_i; move it into b
+    start = [a, b - a * (z.mean().item() - density / 2)]
+    fit = optimize.minimize(loss_and_gradient, start, jac=True, method="L-BFGS-B")
+    a, b = fit.x
+    x, z = _rug_interference(features, density, ratio, seed, samples, "evaluation")
+    # each batch's loss, for the standard error
+    chunks = (x - (a * z + b).clamp(min=0)).square().reshape(-1, BATCH, features).mean((1, 2))
+    return FittedRug(
+        a=float(a),
+        b=float(b),
+        loss=float(chunks.mean()),
+        loss_se=float(chunks.std() / np.sqrt(len(chunks))),
+    )
+
+
+@dataclass(frozen=True)
+class Headline:
+    """The text's central comparison at each ns of a size sweep: N sizes, S seeds."""
+
+    sizes: np.ndarray  # (N,) ns
+    density: float  # p
+    ratio: float  # nd/ns
+    inside: np.ndarray  # (N,) whether ns is in the text's regime at this p (th.in_regime)
+    trained: np.ndarray  # (N, S) trained loss, NaN where the model hit the step cap
+    capped: np.ndarray  # (N,) how many models hit the cap
+    steps: np.ndarray  # (N, S) steps trained
+    rug: float  # the rug's large-ns loss
+    fitted: np.ndarray  # (N, R) actual rugs of each ns (R choices of rows), a and b fitted
+    gaussian: np.ndarray  # (N, S) each model's loss predicted with Gaussian interference from its
+    # outputs' own a, b, σ (``row_macroscopic_loss``), NaN where it hit the cap
+
+
+# Rugs of one size differ by their random rows S: at ns = 2048 four draws lost 1.000 to 1.021
+# times the large-ns loss, at ns = 256 1.004 to 1.19. So every size gets four.
+RUG_SEEDS = (0, 1, 2, 3)
+
+
+def headline(sweep, density, ratio):
+    """``Headline`` from a ``size_sweep`` at (density, ratio)."""
+    sizes = np.array(list(sweep))  # in the sweep's order
+    converged = np.array([sweep[n].converged for n in sizes])
+    fitted = [[fitted_rug(int(n), density, ratio, seed).loss for seed in RUG_SEEDS] for n in sizes]
+    gaussian = [
+        [row_macroscopic_loss(W, b, density) for W, b in zip(sweep[n].W, sweep[n].b)] for n in sizes
+    ]
+    return Headline(
+        sizes=sizes,
+        density=density,
+        ratio=ratio,
+        inside=th.in_regime(density, sizes),
+        trained=np.where(converged, [sweep[n].loss for n in sizes], np.nan),
+        capped=(~converged).sum(1),
+        steps=np.array([sweep[n].steps for n in sizes]),
+        rug=th.rug_loss(density, ratio)[0],
+        fitted=np.array(fitted),
+        gaussian=np.where(converged, gaussian, np.nan),
+    )
 
 
 @dataclass(frozen=True)
@@ -218,7 +362,7 @@ class Levels:
     """Figure 2's comparison at one grid's cells: P densities, R ratios."""
 
     ratios: np.ndarray  # (R,) nd/ns of the trained models
-    trained: np.ndarray  # (P, R) trained loss, mean over seeds
+    trained: np.ndarray  # (P, R) trained loss, mean over the seeds the rule stopped
     linear: np.ndarray  # (P, R) the optimal linear model with a bias
     rug: np.ndarray  # (P, R) the Persian rug's large-ns loss
 
@@ -228,7 +372,7 @@ def figure2_levels(grid):
     ratios = grid.hidden / grid.features
     return Levels(
         ratios=ratios,
-        trained=grid.loss.mean(-1),
+        trained=np.nanmean(stopped_by_rule(grid, grid.loss), -1),
         linear=th.linear_loss(grid.densities[:, None], ratios[None, :]),
         rug=np.array([[th.rug_loss(p, r)[0] for r in ratios] for p in grid.densities]),
     )
@@ -236,9 +380,11 @@ def figure2_levels(grid):
 
 def beats_linear(grid, levels, max_density, min_ratio):
     """Whether each trained model (each seed) beats the linear optimum, at the cells with
-    p <= max_density and nd/ns >= min_ratio: a flat boolean array, one entry per model."""
+    p <= max_density and nd/ns >= min_ratio: a flat boolean array, one entry per model the
+    stopping rule stopped."""
     cells = (grid.densities[:, None] <= max_density) & (levels.ratios[None, :] >= min_ratio)
-    return (grid.loss < levels.linear[..., None])[cells].ravel()
+    stopped = grid.converged[cells].ravel()
+    return (grid.loss < levels.linear[..., None])[cells].ravel()[stopped]
 
 
 @dataclass(frozen=True)

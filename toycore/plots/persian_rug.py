@@ -30,18 +30,19 @@ def rug(R, title="Figure 1: a Persian rug"):
 
 
 def loss_curves(grid, rug_ratios, rug_losses, finite_rug=None):
-    """Figure 2: loss against nd/ns, one panel per p: trained models (mean ± sd over seeds),
+    """Figure 2: loss against nd/ns, one panel per p: trained models (mean ± sd over the seeds
+    the stopping rule stopped),
     the Persian rug (large-ns theory; dots: a finite rug measured on data) and the exact optimal
     linear model."""
     panels = len(grid.densities)
     fig, axes = figure(panels, width=3.0, height=2.9)
     ratios = grid.hidden / grid.features
     for k, (ax, p) in enumerate(zip(np.atleast_1d(axes), grid.densities)):
-        loss = grid.loss[k]
+        loss = np.where(grid.converged[k], grid.loss[k], np.nan)  # models the rule stopped
         ax.errorbar(
             ratios,
-            loss.mean(-1),
-            yerr=loss.std(-1),
+            np.nanmean(loss, -1),
+            yerr=np.nanstd(loss, -1),
             fmt="o",
             ms=4,
             color="C0",
@@ -137,27 +138,86 @@ def scaling(densities, ratio, losses, bounds, ratios, density, losses_r, bounds_
     return fig
 
 
-def headline(sizes, trained, finite_rug, tolerance, density, ratio):
-    """The text's central claim: trained loss over the rug's large-ns loss against ns, each seed
-    a dot, their mean a line, with an actual rug of each size and the ±tolerance band."""
-    fig, ax = figure(width=5.2, height=3.4)
-    ax.axhspan(
-        1 - tolerance, 1 + tolerance, color="C3", alpha=0.12, lw=0, label=f"±{tolerance:.0%}"
-    )
-    ax.axhline(1, color="C3", lw=1, label="Persian rug (ns → ∞)")
-    seeds = trained.shape[-1]
-    ax.plot(np.repeat(sizes, seeds), trained.ravel(), "o", color="C0", ms=4, alpha=0.6)
-    ax.plot(sizes, trained.mean(-1), "-", color="C0", label=f"trained, {seeds} seeds")
-    ax.plot(sizes, finite_rug, "x--", color="C3", ms=6, label="Persian rug of that ns, on data")
-    ax.set(
-        xscale="log",
-        xlabel="ns",
-        ylabel="loss / rug's large-ns loss",
-        title=f"p = {density:g}, nd/ns = {ratio:g}",
-    )
+def _outside_regime(ax, sizes, density):
+    """Shade the sizes below the text's regime (``th.regime_size``) and label the x axis."""
+    first = th.regime_size(density)
+    low, high = min(sizes) / 1.4, max(sizes) * 1.4
+    if first > low:
+        ax.axvspan(low, min(first, high), color="0.92", lw=0, label="outside the text's regime")
+    ax.set(xscale="log", xlim=(low, high), xlabel="ns")
     ax.set_xticks(sizes, [str(s) for s in sizes])
     ax.minorticks_off()
-    ax.legend(fontsize=8)
+
+
+def headline(head, tolerance, recorded=()):
+    """The text's central claim against ns: each seed's trained loss over the rug's large-ns loss
+    (dots, their mean a line), the same over an actual rug of that ns with a and b fitted on
+    data (dashed), that rug over the large-ns loss (crosses, the range over its row choices),
+    and ±tolerance; ``recorded``: paper-record rows of sizes this build did not train (hollow)."""
+    fig, ax = figure(width=5.6, height=3.6)
+    ax.axhspan(1 - tolerance, 1 + tolerance, color="C3", alpha=0.1, lw=0, label=f"±{tolerance:.0%}")
+    ax.axhline(1, color="C3", lw=1)
+    sizes, seeds = head.sizes, head.trained.shape[-1]
+    trained = head.trained / head.rug
+    fitted = head.fitted.mean(-1)
+    ax.plot(np.repeat(sizes, seeds), trained.ravel(), "o", color="C0", ms=4, alpha=0.5)
+    ax.plot(sizes, np.nanmean(trained, -1), "-", color="C0", label="trained / rug (ns → ∞)")
+    ax.plot(
+        sizes,
+        np.nanmean(head.trained, -1) / fitted,
+        "--",
+        color="C1",
+        label="trained / rug of that ns, a and b fitted",
+    )
+    ax.errorbar(
+        sizes,
+        fitted / head.rug,
+        yerr=[(fitted - head.fitted.min(-1)) / head.rug, (head.fitted.max(-1) - fitted) / head.rug],
+        fmt="x",
+        color="C3",
+        ms=6,
+        capsize=2,
+        label="rug of that ns / rug (ns → ∞)",
+    )
+    extra = {}
+    for row in recorded:
+        size = int(row["id"].rsplit("ns", 1)[1])
+        if size not in sizes:
+            kind = "fitted" if row["id"].startswith("headline.fitted_") else "trained"
+            extra.setdefault(kind, []).append((size, row["measured"]))
+    for kind, color in (("trained", "C0"), ("fitted", "C1")):
+        if kind in extra:
+            x, y = zip(*sorted(extra[kind]))
+            ax.plot(x, y, "o", mfc="none", color=color, ms=6, label=f"{kind}: the texts' sizes")
+    shown = sorted({*sizes, *(x for points in extra.values() for x, _ in points)})
+    _outside_regime(ax, shown, head.density)
+    ax.set(ylabel="loss ratio", title=f"p = {head.density:g}, nd/ns = {head.ratio:g}")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
+    return fig
+
+
+def gap_explanation(head):
+    """What lets trained models below the rug: their measured loss and the loss that Gaussian
+    interference with their outputs' own a, b and σ would give, each over the rug's large-ns
+    loss, mean over seeds; with the fitted rug of each size."""
+    fig, ax = figure(width=5.6, height=3.4)
+    ax.axhline(1, color="C3", lw=1, label="rug (ns → ∞)")
+    ax.plot(head.sizes, np.nanmean(head.trained, -1) / head.rug, "o-", color="C0", label="trained")
+    ax.plot(
+        head.sizes,
+        np.nanmean(head.gaussian, -1) / head.rug,
+        "s--",
+        color="C2",
+        label="trained's own a, b, σ with Gaussian interference",
+    )
+    ax.plot(
+        head.sizes, head.fitted.mean(-1) / head.rug, "x", color="C3", ms=6, label="rug of that ns"
+    )
+    _outside_regime(ax, list(head.sizes), head.density)
+    ax.set(
+        ylabel="loss / rug's large-ns loss", title=f"p = {head.density:g}, nd/ns = {head.ratio:g}"
+    )
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
     return fig
 
 

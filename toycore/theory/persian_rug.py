@@ -93,6 +93,38 @@ def variance_bound(p, ratio):
     return (4 * p - 3 * p**2) / 12 * (1 / ratio - 1)
 
 
+# --- where the text's analysis applies ---------------------------------------------------------
+
+# The text's analysis replaces each output's interference, a sum over the other ns - 1 features,
+# by a Gaussian. We call a size inside its regime when that sum, with equal weights, has an excess
+# kurtosis of at most 0.05 in size: a Gaussian's is 0, and a sum whose fourth moment is more than
+# 5% off a Gaussian's is not yet "a sum of many small terms".
+REGIME_KURTOSIS = 0.05
+
+
+def interference_kurtosis(p, features):
+    """The excess kurtosis of Σ_{j≠i} x_j over the ns - 1 other features (independent, equal
+    weights): κ(x) / (ns - 1), with κ(x) = μ₄ / σ⁴ - 3 the excess kurtosis of one feature
+    x = c u (central moments in closed form). About 9 / (5 p ns) at small p."""
+    p = check_density(p)
+    features = np.asarray(features)
+    if np.any(features < 2):
+        raise ValueError(f"features must be at least 2 (an output needs others); got {features}")
+    fourth = p / 5 - p**2 / 2 + p**3 / 2 - 3 * p**4 / 16  # E (x - p/2)^4
+    return (fourth / feature_variance(p) ** 2 - 3) / (features - 1)
+
+
+def in_regime(p, features):
+    """Whether (p, ns) lies in the text's regime (see REGIME_KURTOSIS): elementwise."""
+    return np.abs(interference_kurtosis(p, features)) <= REGIME_KURTOSIS
+
+
+def regime_size(p):
+    """The smallest ns in the text's regime at density p."""
+    one = abs(interference_kurtosis(p, 2))  # one feature's excess kurtosis
+    return max(2, int(np.ceil(one / REGIME_KURTOSIS)) + 1)
+
+
 def interference_variances(W, p):
     """Var ν_i for every row of W (..., ns, ns) scaled to unit diagonal:
     Var x · Σ_{j≠i} (W_ij / W_ii)²."""

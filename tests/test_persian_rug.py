@@ -373,3 +373,13 @@ def test_the_headline_in_words_reads_each_sizes_rows():
         "0.980 times the large-ns loss"
     )
     assert ex.headline_sentences([]) == "nothing has been recorded"
+    inside = [
+        dict(id="headline.ns1024", measured=0.81, outside_regime="", passed=False),
+        dict(id="headline.fitted_ns1024", measured=0.83, outside_regime="", passed=False),
+        dict(id="headline.rug_ns1024", measured=1.01, outside_regime="", passed=True),
+    ]
+    assert ex.headline_verdict(inside + rows[:1]) == (
+        "inside the text's regime (ns = 1024) trained models lose 0.81 to 0.83 times what the "
+        "rugs lose: the claim does not reproduce there"
+    )
+    assert ex.headline_verdict(rows[:1]) == "no size lies inside the text's regime"

@@ -187,6 +187,31 @@ def headline_sentences(rows):
     return "; ".join(clauses) if clauses else "nothing has been recorded"
 
 
+def headline_verdict(rows):
+    """What the headline rows of one ledger say inside the text's regime, in one clause."""
+    inside = [
+        row
+        for row in rows
+        if row["id"].startswith(("headline.ns", "headline.fitted_ns")) and not row["outside_regime"]
+    ]
+    if not inside:
+        return "no size lies inside the text's regime"
+    sizes = sorted({int(row["id"].rsplit("ns", 1)[1]) for row in inside})
+    low, high = min(row["measured"] for row in inside), max(row["measured"] for row in inside)
+    held = sum(row["passed"] for row in inside)
+    verdict = (
+        "the claim reproduces there"
+        if held == len(inside)
+        else "the claim does not reproduce there"
+        if held == 0
+        else f"{held} of {len(inside)} comparisons reproduce"
+    )
+    return (
+        f"inside the text's regime (ns = {', '.join(map(str, sizes))}) trained models lose "
+        f"{low:.2f} to {high:.2f} times what the rugs lose: {verdict}"
+    )
+
+
 def linear_runs(features, density, ratios, seeds, *, max_steps=45_000):
     """Trained linear models (no ReLU) with a bias, to check the exact linear optimum: their
     losses and whether the stopping rule stopped them (not the cap), each (R, S)."""

@@ -143,7 +143,9 @@ def _outside_regime(ax, sizes, density):
     first = th.regime_size(density)
     low, high = min(sizes) / 1.4, max(sizes) * 1.4
     if first > low:
-        ax.axvspan(low, min(first, high), color="0.92", lw=0, label="outside the text's regime")
+        ax.axvspan(
+            low, min(first, high), color="0.93", lw=0, zorder=0, label="outside the text's regime"
+        )
     ax.set(xscale="log", xlim=(low, high), xlabel="ns")
     ax.set_xticks(sizes, [str(s) for s in sizes])
     ax.minorticks_off()
@@ -155,7 +157,15 @@ def headline(head, tolerance, recorded=()):
     data (dashed), that rug over the large-ns loss (crosses, the range over its row choices),
     and ±tolerance; ``recorded``: paper-record rows of sizes this build did not train (hollow)."""
     fig, ax = figure(width=5.6, height=3.6)
-    ax.axhspan(1 - tolerance, 1 + tolerance, color="C3", alpha=0.1, lw=0, label=f"±{tolerance:.0%}")
+    ax.axhspan(
+        1 - tolerance,
+        1 + tolerance,
+        color="C3",
+        alpha=0.15,
+        lw=0,
+        zorder=1,
+        label=f"±{tolerance:.0%}",
+    )
     ax.axhline(1, color="C3", lw=1)
     sizes, seeds = head.sizes, head.trained.shape[-1]
     trained = head.trained / head.rug

@@ -172,19 +172,18 @@ def decay_exponent(grids, name):
 
 def headline_sentences(rows):
     """The headline rows of one ledger (this build's, or a paper record's) in words, one clause
-    per ns: what trained models lose against the large-ns rug and against a fitted rug of their
-    size, and whether the size is in the text's regime."""
+    per ns: the trained models' loss over the rug's large-ns loss and over a fitted rug's of
+    their size, and whether the size is outside the text's regime."""
     by_id = {row["id"]: row for row in rows}
     sizes = sorted(int(i.rsplit("ns", 1)[1]) for i in by_id if i.startswith("headline.ns"))
     clauses = []
     for n in sizes:
         large, fitted = by_id[f"headline.ns{n}"], by_id.get(f"headline.fitted_ns{n}")
-        clause = f"at ns = {n} trained models lose {large['measured']:.3f} times the large-ns loss"
+        clause = f"ns = {n}: {large['measured']:.2f}"
         if fitted is not None:
-            clause += f" and {fitted['measured']:.3f} times a fitted rug's of their size"
-        clause += " (outside the text's regime)" if large.get("outside_regime") else ""
-        clauses.append(clause)
-    return "; ".join(clauses) if clauses else "nothing has been recorded"
+            clause += f" and {fitted['measured']:.2f}"
+        clauses.append(clause + (" (outside the regime)" if large.get("outside_regime") else ""))
+    return "; ".join(clauses) if clauses else "nothing recorded"
 
 
 def headline_verdict(rows):

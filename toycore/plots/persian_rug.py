@@ -189,16 +189,19 @@ def headline(head, tolerance, recorded=()):
         capsize=2,
         label="rug of that ns / rug (ns → ∞)",
     )
-    extra = {}
+    extra = {}  # the recorded sizes this build did not train, by row: headline.<kind>ns<size>
     for row in recorded:
-        size = int(row["id"].rsplit("ns", 1)[1])
-        if size not in sizes:
-            kind = "fitted" if row["id"].startswith("headline.fitted_") else "trained"
-            extra.setdefault(kind, []).append((size, row["measured"]))
-    for kind, color in (("trained", "C0"), ("fitted", "C1")):
+        kind, size = row["id"].removeprefix("headline.").rsplit("ns", 1)
+        if int(size) not in sizes:
+            extra.setdefault(kind, []).append((int(size), row["measured"]))
+    for kind, style, color, label in (
+        ("", "o", "C0", "trained / rug (ns → ∞)"),
+        ("fitted_", "o", "C1", "trained / fitted rug"),
+        ("rug_", "x", "C3", "rug of that ns / rug (ns → ∞)"),
+    ):
         if kind in extra:
             x, y = zip(*sorted(extra[kind]))
-            ax.plot(x, y, "o", mfc="none", color=color, ms=6, label=f"{kind}: the texts' sizes")
+            ax.plot(x, y, style, mfc="none", color=color, ms=7, label=f"{label}, the texts' sizes")
     shown = sorted({*sizes, *(x for points in extra.values() for x, _ in points)})
     _outside_regime(ax, shown, head.density)
     ax.set(ylabel="loss ratio", title=f"p = {head.density:g}, nd/ns = {head.ratio:g}")

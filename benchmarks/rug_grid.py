@@ -25,7 +25,7 @@ from torch import nn
 
 from toycore import devices
 from toycore.data import SparseUniform
-from toycore.experiments.persian_rug import (
+from toycore.experiments.rug_training import (
     BATCH,
     EVAL_SAMPLES,
     hidden_size,

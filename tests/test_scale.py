@@ -434,13 +434,16 @@ def test_the_intro_shows_the_paper_verdicts_or_says_none_was_recorded(built):
         assert len(cells) >= len(claims)
         said = table.find_previous("p").get_text()
         if notebook.stem in recorded:
-            assert "Paper profile recorded" in said
-            assert recorded[notebook.stem]["provenance"]["device"] in said
+            record = recorded[notebook.stem]
+            part = f" of {record['partial']}" if record.get("partial") else ""
+            assert f"Paper profile{part} recorded" in said
+            assert record["provenance"]["device"] in said
             assert {c[2].get_text() for c in cells} <= {
                 "reproduces",
                 "does not reproduce",
                 "does not reproduce (explained)",
-                "not recorded",
+                "outside the text's regime",
+                "not run" if part else "not recorded",
             }
         else:
             assert "has not been run" in said and {c[2].get_text() for c in cells} == {"not run"}

@@ -36,7 +36,7 @@ def test_per_instance_sparsity():
 
 def test_basis_vectors():
     x = basis_vectors(3, 4)
-    assert x.shape == (3, 4, 4) and torch.equal(x[2], torch.eye(4))
+    assert x.shape == (3, 4, 4) and torch.equal(x[2], torch.eye(4, device=x.device))
 
 
 @pytest.mark.parametrize(
@@ -57,7 +57,7 @@ def test_sparse_uniform_rejects_bad_input(kwargs, message):
 def test_model_shapes_and_products():
     model = LinearAutoencoder(6, 2, seeds=[0, 1, 2], dtype=torch.float64)
     assert model.A.shape == (3, 6, 2) and model.B.shape == (3, 2, 6)
-    x = torch.rand(3, 10, 6, dtype=torch.float64)
+    x = torch.rand(3, 10, 6, dtype=torch.float64, device=model.A.device)
     expected = torch.einsum("ifg,ibg->ibf", model.product(), x)
     torch.testing.assert_close(model(x), expected)
     tied = TiedLinear(6, 2, seeds=[0, 1], dtype=torch.float64)
@@ -117,8 +117,9 @@ def test_history_records_loss_and_metric_snapshots():
     history = train(model, x, steps=10, lr=0.1, record_at=[0, 5, 10], metrics={"W": lambda m: m.W})
     assert history.steps.tolist() == [0, 5, 10]
     assert history.loss.shape == (3, 2) and history.metrics["W"].shape == (3, 2, 2, 4)
-    np.testing.assert_array_equal(history.metrics["W"][0], W0.numpy())  # a snapshot, not a view
-    np.testing.assert_array_equal(history.metrics["W"][-1], model.W.detach().numpy())
+    # a snapshot, not a view
+    np.testing.assert_array_equal(history.metrics["W"][0], W0.cpu().numpy())
+    np.testing.assert_array_equal(history.metrics["W"][-1], model.W.detach().cpu().numpy())
     assert not np.array_equal(history.metrics["W"][0], history.metrics["W"][-1])
 
 

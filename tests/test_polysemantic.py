@@ -2,6 +2,7 @@ import numpy as np
 import pytest
 import torch
 
+from toycore import devices
 from toycore.experiments import polysemantic as ex
 from toycore.models import TiedBasisAutoencoder, gram, tied_basis_reference_loss
 from toycore.theory import polysemantic as th
@@ -10,7 +11,7 @@ from toycore.train import train
 
 @pytest.mark.parametrize("features, hidden", [(6, 10), (300, 320)])  # 300 uses the blocked Gram
 def test_closed_form_loss_and_gradient_match_autograd(features, hidden):
-    l1 = torch.tensor([0.0, 1e-3, 0.05], dtype=torch.float64)
+    l1 = torch.tensor([0.0, 1e-3, 0.05], dtype=torch.float64, device=devices.current())
     model = TiedBasisAutoencoder(features, hidden, [1, 2, 3], l1, dtype=torch.float64)
     loss = model.loss_and_grad()
     W = model.W.detach().clone().requires_grad_(True)

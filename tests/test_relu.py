@@ -43,7 +43,7 @@ def test_model_shapes_init_and_loss_definition():
 
 def test_model_gradients_match_finite_differences():
     W, b, importance = random_model()
-    x = SparseUniform([0, 1, 2], 4, 0.3, dtype=DTYPE).sample(8)
+    x = SparseUniform([0, 1, 2], 4, 0.3, dtype=DTYPE, device="cpu").sample(8)  # as W, b
     for output in ("relu", "linear"):
         assert torch.autograd.gradcheck(
             lambda W, b: toy_sample_loss(W, b, importance, x, output).mean(-1),
@@ -121,7 +121,7 @@ def test_expansion_is_exact_for_the_linear_model():
 def test_linear_loss_matches_monte_carlo():
     W, b, importance = random_model(features=5, hidden=2)
     S = torch.tensor([0.0, 0.5, 0.9], dtype=DTYPE)
-    x = SparseUniform([0, 1, 2], 5, S.tolist(), dtype=DTYPE).sample(200_000)
+    x = SparseUniform([0, 1, 2], 5, S.tolist(), dtype=DTYPE, device="cpu").sample(200_000)
     losses = toy_sample_loss(W, b, importance, x, "linear")
     error = losses.std(-1) / losses.shape[-1] ** 0.5
     assert torch.all((losses.mean(-1) - th.linear_loss(W, b, importance, S)).abs() < 4 * error)

@@ -55,7 +55,7 @@ def eigh_descending(sigma):
 
 def linear_loss(A, B, sigma):
     """E ||x - ABx||^2 = tr((I - AB) Σ (I - AB)ᵀ), exact given Σ."""
-    residual = torch.eye(sigma.shape[-1], dtype=sigma.dtype) - A @ B
+    residual = torch.eye(sigma.shape[-1], dtype=sigma.dtype, device=sigma.device) - A @ B
     return torch.einsum("...ij,...jk,...ik->...", residual, sigma, residual)
 
 
@@ -79,14 +79,14 @@ def critical_point(eigenvectors, index_set, C=None):
     index_set = check_index_set(index_set, eigenvectors.shape[-1])
     U_I = eigenvectors[:, list(index_set)]
     if C is None:
-        C = torch.eye(len(index_set), dtype=eigenvectors.dtype)
+        C = torch.eye(len(index_set), dtype=eigenvectors.dtype, device=eigenvectors.device)
     return U_I @ C, torch.linalg.solve(C, U_I.T)
 
 
 def critical_loss(eigenvalues, index_set):
     """L at the critical point with index set I: the sum of the eigenvalues left out."""
     index_set = check_index_set(index_set, eigenvalues.shape[-1])
-    keep = torch.zeros(eigenvalues.shape[-1], dtype=torch.bool)
+    keep = torch.zeros(eigenvalues.shape[-1], dtype=torch.bool, device=eigenvalues.device)
     keep[list(index_set)] = True
     return eigenvalues[..., ~keep].sum(-1)
 
@@ -153,7 +153,7 @@ def tied_flow(W, sigma):
 
 def rotated_tied_flow(W_bar, eigenvalues):
     """Equation (23): dW̄/dt = W̄(I - W̄ᵀW̄)Λ, which is (22) for W̄ = W U."""
-    eye = torch.eye(W_bar.shape[-1], dtype=W_bar.dtype)
+    eye = torch.eye(W_bar.shape[-1], dtype=W_bar.dtype, device=W_bar.device)
     return W_bar @ (eye - W_bar.T @ W_bar) * eigenvalues
 
 
@@ -174,7 +174,7 @@ def energy(W):
     over unordered pairs.
     """
     gram = W.transpose(-1, -2) @ W
-    eye = torch.eye(gram.shape[-1], dtype=W.dtype)
+    eye = torch.eye(gram.shape[-1], dtype=W.dtype, device=W.device)
     return 0.25 * (eye - gram).pow(2).sum((-1, -2))
 
 

@@ -149,7 +149,7 @@ def linear_terms(W, importance):
     = Σ_j I_j Σ_i R_ji^2, and the cross terms R_ji R_jk x_i x_k (i ≠ k), which sum to
     Σ_j I_j ((Σ_i R_ji)^2 - Σ_i R_ji^2). Returns (expansion, cross), each (instances,).
     """
-    residual_map = torch.eye(W.shape[-1], dtype=W.dtype) - W.transpose(-1, -2) @ W
+    residual_map = torch.eye(W.shape[-1], dtype=W.dtype, device=W.device) - W.transpose(-1, -2) @ W
     squares = residual_map.square().sum(-1)
     expansion = (importance * squares).sum(-1)
     cross = (importance * (residual_map.sum(-1).square() - squares)).sum(-1)
@@ -159,8 +159,8 @@ def linear_terms(W, importance):
 def best_linear_bias(W, sparsity):
     """The bias that minimises the linear model's loss for this W: b_j = E[x_i] Σ_i R_ji with
     R = 1 - Wᵀ W, which cancels the error's mean. (instances, features)"""
-    moments = sparse_moments(torch.as_tensor(sparsity, dtype=W.dtype)[..., None])
-    residual_map = torch.eye(W.shape[-1], dtype=W.dtype) - W.transpose(-1, -2) @ W
+    moments = sparse_moments(torch.as_tensor(sparsity, dtype=W.dtype, device=W.device)[..., None])
+    residual_map = torch.eye(W.shape[-1], dtype=W.dtype, device=W.device) - W.transpose(-1, -2) @ W
     return moments["mean"] * residual_map.sum(-1)
 
 
@@ -172,7 +172,7 @@ def linear_loss_by_expansion(W, importance, sparsity, best_bias=False):
     error has mean zero and L = Var(x_i) × expansion: only then is L proportional to the
     expansion, and only for features with mean zero does b = 0 give that too.
     """
-    moments = sparse_moments(torch.as_tensor(sparsity, dtype=W.dtype))
+    moments = sparse_moments(torch.as_tensor(sparsity, dtype=W.dtype, device=W.device))
     expansion, cross = linear_terms(W, importance)
     if best_bias:
         return moments["variance"] * expansion
@@ -185,8 +185,8 @@ def linear_loss(W, b, importance, sparsity):
     The residual r = (1 - Wᵀ W) x - b has mean ((1 - Wᵀ W) 1) E x_i - b and, the features being
     independent, variance Var(x_i) Σ_k (1 - Wᵀ W)_ik^2; L = Σ_i I_i (Var r_i + (E r_i)^2).
     """
-    moments = sparse_moments(torch.as_tensor(sparsity, dtype=W.dtype)[..., None])
-    residual_map = torch.eye(W.shape[-1], dtype=W.dtype) - W.transpose(-1, -2) @ W
+    moments = sparse_moments(torch.as_tensor(sparsity, dtype=W.dtype, device=W.device)[..., None])
+    residual_map = torch.eye(W.shape[-1], dtype=W.dtype, device=W.device) - W.transpose(-1, -2) @ W
     mean = residual_map.sum(-1) * moments["mean"] - b
     variance = moments["variance"] * residual_map.square().sum(-1)
     return (importance * (variance + mean.square())).sum(-1)

@@ -49,6 +49,7 @@ import papermill
 import yaml
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from papermill.exceptions import PapermillExecutionError
+from traitlets.config import Config
 
 from . import devices, offline, records, shards
 from .checks import check_size
@@ -105,6 +106,9 @@ def execute_chapter(notebook, output, profile, device=None):
             # Killed when done: a kernel asked to shut down while its
             # cell runs (Ctrl-C) prints a traceback of its own.
             shutdown_kernel="immediate",
+            # CurveZMQ keys where pyzmq has them: ipykernel otherwise warns at every start
+            # that its TCP sockets are not encrypted
+            config=Config(KernelManager=dict(transport_encryption="auto")),
         )
     except CellTimeoutError as error:
         raise BuildError(
@@ -614,6 +618,8 @@ def build(
         (source / "chapters").mkdir(parents=True, exist_ok=True)
         for name in BOOK_FILES:
             shutil.copy2(REPO_ROOT / name, source / name)
+        # the book's own style sheet, which Jupyter Book adds to every page from _static/
+        shutil.copytree(REPO_ROOT / "_static", source / "_static", dirs_exist_ok=True)
         # the chapters show the models they train with {literalinclude} /toycore/models.py
         shutil.copytree(
             REPO_ROOT / "toycore",

@@ -1,6 +1,7 @@
 """Committed chapter notebooks carry no outputs, execution counts or widget state, and speak only
 of what a reader can see."""
 
+import ast
 import re
 from pathlib import Path
 
@@ -49,3 +50,55 @@ def test_the_book_cites_only_what_readers_can_see(path):
         texts = [cell.source for cell in nbformat.read(path, as_version=4).cells]
     for text in texts:
         assert not INTERNAL.search(text), f"{path.name}: {INTERNAL.search(text).group(0)!r}"
+
+
+def _calls(statements):
+    """The functions called in ``statements``, and "defines" for an import or a def."""
+    for statement in statements:
+        for node in ast.walk(statement):
+            if isinstance(node, ast.Call):
+                yield node.func
+            elif isinstance(node, (ast.Import, ast.ImportFrom, ast.FunctionDef)):
+                yield "defines"
+
+
+def _keeps_books(statements):
+    """Whether ``statements`` make ledger rows or hand numbers to the prose (glue)."""
+    return any(
+        (isinstance(f, ast.Name) and f.id == "glue")
+        or (isinstance(f, ast.Attribute) and getattr(f.value, "id", None) == "ledger")
+        for f in _calls(statements)
+        if f != "defines" and getattr(f, "attr", None) != "save"
+    )
+
+
+def _shows(statements):
+    """Whether ``statements`` show a figure or a widget, or define what a reader should see."""
+    return any(
+        f == "defines"
+        or (isinstance(f, ast.Name) and f.id == "show")
+        or (isinstance(f, ast.Attribute) and getattr(f.value, "id", None) == "widgets")
+        for f in _calls(statements)
+    )
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_bookkeeping_cells_are_collapsed(path):
+    """A page reads figure, table, prose: a cell that only checks and records (ledger rows, glue)
+    shows its output with its code behind a toggle, and a cell that shows a figure ends there
+    rather than going on to the ledger's rows."""
+    for cell in nbformat.read(path, as_version=4).cells:
+        if cell.cell_type != "code" or "parameters" in cell.metadata.get("tags", []):
+            continue
+        body = ast.parse(cell.source).body
+        hidden = "hide-input" in cell.metadata.get("tags", [])
+        if _keeps_books(body) and not _shows(body):
+            assert hidden, f"{path.name}, cell {cell.id}: only ledger rows or glue, not hide-input"
+            continue
+        assert not hidden, f"{path.name}, cell {cell.id}: shows something, but hides its code"
+        shown = [k for k, statement in enumerate(body) if _shows([statement])]
+        if shown:
+            assert not _keeps_books(body[shown[-1] + 1 :]), (
+                f"{path.name}, cell {cell.id}: ledger rows after its figure belong in a cell "
+                "of their own (hide-input)"
+            )

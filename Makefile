@@ -62,8 +62,9 @@ define debian_package
 	fi
 endef
 
+# TOYCORE_CHROMIUM names another Chromium or Chrome for the browser tests.
 test-system:
-	$(call debian_package,chromium,chromium,the browser tests drive it,exit 1)
+	$(if $(TOYCORE_CHROMIUM),,$(call debian_package,chromium,chromium,the browser tests drive it,exit 1))
 	$(call debian_package,npm,npm,the book fetches its JavaScript with it,exit 1)
 
 book-system:

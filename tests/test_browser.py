@@ -8,7 +8,9 @@ script may throw. A screenshot of each page is saved under _build/screenshots/.
 
 import functools
 import http.server
+import os
 import re
+import shutil
 import threading
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -20,7 +22,14 @@ from playwright.sync_api import sync_playwright
 from toycore import book
 from toycore.paths import REPO_ROOT
 
-CHROMIUM = Path("/usr/bin/chromium")
+# The browser to drive: $TOYCORE_CHROMIUM, else the first Chromium on PATH (never one that
+# Playwright downloads).
+CHROMIUM = Path(
+    os.environ.get("TOYCORE_CHROMIUM")
+    or shutil.which("chromium")
+    or shutil.which("chromium-browser")
+    or "/usr/bin/chromium"
+)
 # Without the networking flags Chromium itself calls out to Google at start (refused here).
 CHROMIUM_ARGS = [
     "--disable-gpu",
@@ -60,7 +69,10 @@ def site(built, request):
 @pytest.fixture(scope="module")
 def browser():
     if not CHROMIUM.exists():
-        pytest.fail("the browser test needs Debian's Chromium: apt-get install chromium")
+        pytest.fail(
+            f"the browser test needs Chromium, not found at {CHROMIUM}: apt-get install "
+            "chromium, or set TOYCORE_CHROMIUM to a Chromium or Chrome executable"
+        )
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         yield browser

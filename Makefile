@@ -4,7 +4,7 @@
 #                                    record only those (no HTML); THROUGH=N with one chapter
 #                                    executes its sections 1 to N (a partial paper record)
 # make test                          the whole test suite, chapters run in the `ci` profile
-#                                    (installs Debian's Chromium and npm first if missing)
+#                                    (installs Debian's Chromium first if missing)
 # make clean-cache                   remove cached results that no current code can use
 # make benchmark                     chapter 3's closed-form step against plain autograd,
 #                                    chapter 5's batched grid against a plain loop, and a
@@ -17,7 +17,7 @@ SYSTEM_PYTHON ?= python3
 # The installed marker is rebuilt whenever the pins or the package metadata change.
 INSTALLED := $(VENV)/.installed
 
-.PHONY: book test benchmark clean clean-cache test-system book-system
+.PHONY: book test benchmark clean clean-cache test-system
 
 # Refuse an unknown profile before any work, installing included.
 ifneq ($(words $(PROFILE)),1)
@@ -34,7 +34,7 @@ $(INSTALLED): requirements.txt pyproject.toml
 	$(PYTHON) -m pip install --quiet -r requirements.txt
 	@touch $@
 
-book: book-system $(INSTALLED)
+book: $(INSTALLED)
 	$(PYTHON) -m toycore.book --profile $(PROFILE) $(if $(DEVICE),--device $(DEVICE)) \
 		$(if $(JOBS),--jobs $(JOBS)) $(if $(CHAPTERS),--chapters $(CHAPTERS)) \
 		$(if $(THROUGH),--through $(THROUGH))
@@ -46,10 +46,8 @@ test: test-system $(INSTALLED)
 	OMP_NUM_THREADS=1 TOYCORE_PROFILE=ci $(PYTHON) -m pytest
 
 # What the tests need from Debian: Chromium, which the browser tests drive (never a browser that
-# Playwright downloads), and npm, with which the book fetches its JavaScript (the browser test
-# refuses every CDN). Installed when missing and the machine allows it (root, apt-get); otherwise
-# make test stops, before any test runs, with one line saying what to install. `make book` wants
-# npm too, but without it builds a book that loads its JavaScript from CDNs, and says so.
+# Playwright downloads). Installed when missing and the machine allows it (root, apt-get);
+# otherwise make test stops, before any test runs, with one line saying what to install.
 define debian_package
 	@if ! command -v $(1) > /dev/null; then \
 		if [ "$$(id -u)" = 0 ] && command -v apt-get > /dev/null; then \
@@ -65,10 +63,6 @@ endef
 # TOYCORE_CHROMIUM names another Chromium or Chrome for the browser tests.
 test-system:
 	$(if $(TOYCORE_CHROMIUM),,$(call debian_package,chromium,chromium,the browser tests drive it,exit 1))
-	$(call debian_package,npm,npm,the book fetches its JavaScript with it,exit 1)
-
-book-system:
-	$(call debian_package,npm,npm,the book fetches its JavaScript with it,true)
 
 benchmark: $(INSTALLED)
 	$(PYTHON) benchmarks/tied_step.py

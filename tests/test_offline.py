@@ -1,9 +1,11 @@
-"""The book's vendored JavaScript: pinned, checksummed, cached, and a CDN fallback without npm."""
+"""The book's vendored JavaScript: pinned, checksummed, cached, fetched from the npm registry
+without npm, and a CDN fallback without the registry."""
 
 import base64
 import hashlib
 import io
 import tarfile
+import urllib.error
 
 import pytest
 
@@ -57,36 +59,53 @@ def test_a_tarball_with_the_wrong_checksum_is_refused_and_not_cached(tmp_path, m
     def fake_pack(package, destination):
         return _tarball(tmp_path / "fetched.tgz", {"package/es5/main.js": b"tampered"})
 
-    monkeypatch.setattr(offline, "npm_pack", fake_pack)
+    monkeypatch.setattr(offline, "download", fake_pack)
     with pytest.raises(
-        offline.AssetError, match="demo@1.0.0 from npm has checksum sha512-.*not the pinned"
+        offline.AssetError,
+        match="demo@1.0.0 from the registry has checksum sha512-.*not the pinned",
     ):
         offline.tarball(_package(), tmp_path / "cache")
     assert list((tmp_path / "cache").iterdir()) == []
 
 
-def test_a_good_tarball_is_cached_and_then_used_without_npm(tmp_path, monkeypatch):
+def test_a_good_tarball_is_cached_and_then_used_without_the_registry(tmp_path, monkeypatch):
     good = _tarball(tmp_path / "good.tgz", {"package/es5/main.js": b"main"})
     package = _package(offline.integrity_of(good))
-    monkeypatch.setattr(offline, "npm_pack", lambda package, destination: good)
+    monkeypatch.setattr(offline, "download", lambda package, destination: good)
     cached = offline.tarball(package, tmp_path / "cache")
     assert cached.parent == tmp_path / "cache" and offline.integrity_of(cached) == package.integrity
 
-    def no_npm(package, destination):
-        raise AssertionError("npm was asked although the cache holds the tarball")
+    def no_download(package, destination):
+        raise AssertionError("the registry was asked although the cache holds the tarball")
 
-    monkeypatch.setattr(offline, "npm_pack", no_npm)
+    monkeypatch.setattr(offline, "download", no_download)
     assert offline.tarball(package, tmp_path / "cache") == cached
 
 
-def test_without_npm_the_build_falls_back_to_cdns_and_says_so(tmp_path, monkeypatch):
-    monkeypatch.setattr(offline.shutil, "which", lambda name: None)
+def test_the_tarball_urls_are_the_registrys(monkeypatch):
+    monkeypatch.delenv("NPM_CONFIG_REGISTRY", raising=False)
+    assert [offline.tarball_url(package) for package in offline.PACKAGES] == [
+        "https://registry.npmjs.org/requirejs/-/requirejs-2.3.8.tgz",
+        "https://registry.npmjs.org/@jupyter-widgets/html-manager/-/html-manager-1.0.15.tgz",
+        "https://registry.npmjs.org/mathjax/-/mathjax-3.2.2.tgz",
+    ]
+    monkeypatch.setenv("NPM_CONFIG_REGISTRY", "https://mirror.example/npm/")
+    assert offline.tarball_url(offline.PACKAGES[0]).startswith(
+        "https://mirror.example/npm/requirejs/"
+    )
+
+
+def test_without_the_registry_the_build_falls_back_to_cdns_and_says_so(tmp_path, monkeypatch):
+    def unreachable(url, timeout):
+        raise urllib.error.URLError("no route to host")
+
+    monkeypatch.setattr(offline.urllib.request, "urlopen", unreachable)
     messages = []
     assert (
         offline.vendor(tmp_path / "offline", tmp_path / "empty-cache", log=messages.append) is False
     )
     assert not (tmp_path / "offline" / "vendor").exists()
-    assert len(messages) == 1 and "npm is not installed" in messages[0] and "CDN" in messages[0]
+    assert len(messages) == 1 and "no route to host" in messages[0] and "CDN" in messages[0]
 
 
 def test_the_settings_point_every_script_at_the_vendored_files(tmp_path):
@@ -104,7 +123,7 @@ def test_the_settings_point_every_script_at_the_vendored_files(tmp_path):
 
 def test_a_bad_tarball_stops_the_build_before_any_chapter_runs(tmp_path, monkeypatch):
     def refuse(folder, log):
-        raise offline.AssetError("mathjax@3.2.2 from npm has checksum sha512-bad")
+        raise offline.AssetError("mathjax@3.2.2 from the registry has checksum sha512-bad")
 
     monkeypatch.setattr(offline, "vendor", refuse)
     with pytest.raises(book.BuildError, match="sha512-bad"):

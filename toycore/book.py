@@ -18,8 +18,9 @@
 4. Sphinx renders ``<build>/source`` into ``<build>/html`` with execution off; the widget state
    papermill saved is embedded in the pages. Warnings are errors.
 5. Before any of this, ``toycore.offline`` fetches pinned require.js, the ipywidgets HTML manager
-   and MathJax from npm into ``<build>/offline``, and the pages load them from the book itself,
-   so the HTML shows widgets and math with no network (or from CDNs, with a warning, without npm).
+   and MathJax from the npm registry into ``<build>/offline``, and the pages load them from the
+   book itself, so the HTML shows widgets and math with no network (or from CDNs, with a warning,
+   when the registry cannot be reached).
 A failing cell stops the build, naming the chapter and the cell; no page with a traceback is
 published. ``--chapters`` executes (and, in the paper profile, records) only the chapters named,
 for a machine whose sessions are too short for the whole book; it renders no HTML, nor does

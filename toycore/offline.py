@@ -2,25 +2,28 @@
 
 Left to its defaults, Jupyter Book's pages load require.js, the ipywidgets HTML manager and
 MathJax 3 from CDNs: with no network a reader sees no widgets and no formulas, and a companion to
-a paper should outlive its CDNs. ``vendor`` fetches pinned versions of the three from the npm
-registry with the machine's ``npm``, checks each tarball against its pinned sha512, keeps it in a
-cache outside the build folder, and unpacks the files the pages use into ``<folder>/vendor/``.
+a paper should outlive its CDNs. ``vendor`` downloads pinned versions of the three from the npm
+registry's tarball URLs (no npm needed), checks each tarball against its pinned sha512, keeps it
+in a cache outside the build folder, and unpacks the files the pages use into
+``<folder>/vendor/``.
 ``sphinx_settings`` then has Sphinx copy that folder to the root of the HTML
 (``html_extra_path``) and point myst-nb's ``nb_ipywidgets_js`` and ``mathjax_path`` at it.
 Not ``_static/``: Jupyter Book adds every .js file under a book's ``_static/`` to every page, and
 MathJax has a hundred component files that it loads itself, when a page needs them.
 
-When npm is missing or cannot reach the registry, the build keeps the CDN defaults and says so.
+When the registry cannot be reached, the build keeps the CDN defaults and says so.
+``$NPM_CONFIG_REGISTRY`` (npm's own variable) names a mirror of the registry instead.
 """
 
 import base64
 import fnmatch
 import hashlib
-import json
+import http.client
+import os
 import shutil
-import subprocess
 import tarfile
 import tempfile
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,7 +31,8 @@ from .paths import REPO_ROOT
 
 # Tarballs are kept here, not in a build folder: the tests build into temporary folders.
 CACHE_DIR = REPO_ROOT / "_build" / "npm"
-NPM_TIMEOUT_S = 120
+REGISTRY = "https://registry.npmjs.org/"
+DOWNLOAD_TIMEOUT_S = 120
 
 
 @dataclass(frozen=True)
@@ -82,7 +86,7 @@ PACKAGES = (
 
 
 class Unavailable(Exception):
-    """npm could not provide a package: the book falls back to the CDNs."""
+    """The registry could not provide a package: the book falls back to the CDNs."""
 
 
 class AssetError(RuntimeError):
@@ -95,50 +99,41 @@ def integrity_of(path):
     return "sha512-" + base64.b64encode(digest).decode()
 
 
-def npm_pack(package, destination):
-    """Download ``package``'s tarball into ``destination`` with npm; returns its path."""
-    npm = shutil.which("npm")
-    if npm is None:
-        raise Unavailable("npm is not installed")
-    spec = f"{package.name}@{package.version}"
+def tarball_url(package):
+    """Where the registry serves ``package``'s tarball: <registry>/<name>/-/<name>-<version>.tgz,
+    the name without its scope in the file's name (as ``npm pack`` fetches it)."""
+    registry = (os.environ.get("NPM_CONFIG_REGISTRY") or REGISTRY).rstrip("/")
+    return f"{registry}/{package.name}/-/{package.name.split('/')[-1]}-{package.version}.tgz"
+
+
+def download(package, destination):
+    """Download ``package``'s tarball from the registry into ``destination``; returns its path."""
+    url = tarball_url(package)
+    path = Path(destination) / url.rsplit("/", 1)[1]
     try:
-        result = subprocess.run(
-            [
-                npm,
-                "pack",
-                spec,
-                "--json",
-                "--prefer-offline",
-                "--pack-destination",
-                str(destination),
-            ],
-            capture_output=True,
-            text=True,
-            timeout=NPM_TIMEOUT_S,
-        )
-    except subprocess.TimeoutExpired:
-        raise Unavailable(f"`npm pack {spec}` took more than {NPM_TIMEOUT_S} s") from None
-    if result.returncode != 0:
-        errors = [line for line in result.stderr.splitlines() if "npm error" in line]
-        raise Unavailable(
-            f"`npm pack {spec}` failed: {' '.join(errors[:3]) or result.stderr.strip()}"
-        )
-    return Path(destination) / json.loads(result.stdout)[0]["filename"]
+        with urllib.request.urlopen(url, timeout=DOWNLOAD_TIMEOUT_S) as response:
+            with open(path, "wb") as file:
+                shutil.copyfileobj(response, file)
+    # URLError, HTTPError and timeouts are OSErrors; a connection cut short is an HTTPException
+    except (OSError, http.client.HTTPException) as error:
+        raise Unavailable(f"{url}: {getattr(error, 'reason', None) or error}") from None
+    return path
 
 
 def tarball(package, cache=CACHE_DIR):
-    """The pinned tarball of ``package``, from the cache or else from npm, checksum verified."""
+    """The pinned tarball of ``package``, from the cache or else the registry, checksum
+    verified."""
     cache = Path(cache)
     cached = cache / f"{package.folder}-{package.version}.tgz"
     if cached.exists() and integrity_of(cached) == package.integrity:
         return cached
     cache.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=cache) as download:
-        fetched = npm_pack(package, download)
+    with tempfile.TemporaryDirectory(dir=cache) as folder:
+        fetched = download(package, folder)
         found = integrity_of(fetched)
         if found != package.integrity:
             raise AssetError(
-                f"{package.name}@{package.version} from npm has checksum {found}, "
+                f"{package.name}@{package.version} from the registry has checksum {found}, "
                 f"not the pinned {package.integrity}; it was not used"
             )
         fetched.replace(cached)
@@ -165,7 +160,8 @@ def unpack(package, archive, vendor):
 
 
 def vendor(folder, cache=CACHE_DIR, log=print):
-    """Put the pinned packages under ``<folder>/vendor/``; True, or False when npm cannot serve.
+    """Put the pinned packages under ``<folder>/vendor/``; True, or False when the registry
+    cannot be reached.
 
     A checksum mismatch raises AssetError: a wrong file is worse than a CDN, so there is no
     fallback.
@@ -177,10 +173,11 @@ def vendor(folder, cache=CACHE_DIR, log=print):
         archives = [(package, tarball(package, cache)) for package in PACKAGES]
     except Unavailable as reason:
         log(
-            f"WARNING: cannot fetch the book's JavaScript from npm ({reason}). The pages will load "
-            "require.js, the widget manager and MathJax from CDNs, so their widgets and formulas "
-            "need a network connection. Install Node.js and npm, or let npm reach its registry, "
-            "and build again to make the book self-contained."
+            f"WARNING: cannot fetch the book's JavaScript from the npm registry ({reason}). The "
+            "pages will load require.js, the widget manager and MathJax from CDNs, so their "
+            "widgets and formulas need a network connection. Let this machine reach the "
+            "registry (or set NPM_CONFIG_REGISTRY to a mirror) and build again to make the "
+            "book self-contained."
         )
         return False
     for package, archive in archives:

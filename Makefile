@@ -5,6 +5,7 @@
 #                                    executes its sections 1 to N (a partial paper record)
 # make test                          the whole test suite, chapters run in the `ci` profile
 #                                    (installs Debian's Chromium first if missing)
+# make lab                           open the chapters in JupyterLab (installed on first use)
 # make clean-cache                   remove cached results that no current code can use
 # make benchmark                     chapter 3's closed-form step against plain autograd,
 #                                    chapter 5's batched grid against a plain loop, and a
@@ -17,7 +18,7 @@ SYSTEM_PYTHON ?= python3
 # The installed marker is rebuilt whenever the pins or the package metadata change.
 INSTALLED := $(VENV)/.installed
 
-.PHONY: book test benchmark clean clean-cache test-system
+.PHONY: book test lab benchmark clean clean-cache test-system
 
 # Refuse an unknown profile before any work, installing included.
 ifneq ($(words $(PROFILE)),1)
@@ -63,6 +64,12 @@ endef
 # TOYCORE_CHROMIUM names another Chromium or Chrome for the browser tests.
 test-system:
 	$(if $(TOYCORE_CHROMIUM),,$(call debian_package,chromium,chromium,the browser tests drive it,exit 1))
+
+# JupyterLab is pinned here, not in requirements.txt: the book and the tests do not need it.
+JUPYTERLAB := jupyterlab==4.6.4
+lab: $(INSTALLED)
+	$(PYTHON) -m pip install --quiet $(JUPYTERLAB)
+	$(VENV)/bin/jupyter lab chapters
 
 benchmark: $(INSTALLED)
 	$(PYTHON) benchmarks/tied_step.py

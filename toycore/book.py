@@ -2,15 +2,16 @@
 
     python -m toycore.book --profile cpu        # what `make book` runs
 
-1. The book's sources (_config.yml, _toc.yml, intro.md, references.bib) are copied to
-   ``<build>/source``, and toycore's modules beside them, which the chapters quote with
-   ``{literalinclude} /toycore/<module>.py``; each chapter in _toc.yml is executed by papermill
-   with its ``profile`` and ``device`` parameters into ``<build>/source/chapters/``. Committed
-   notebooks are never written to. Chapters run side by side in worker processes (``--jobs``,
-   default one per core on the CPU, one on a GPU), the longest of the last build first, and
-   their sweeps' shards on a local Dask cluster of as many workers; each process has an equal
-   share of the cores as torch threads (one each on two cores: two processes with one thread
-   each do not slow each other there, with two threads each they did, 3.5x).
+1. The book's sources (_config.yml, _toc.yml, intro.md, reproducing.md, references.bib,
+   _static/) are copied to ``<build>/source``, and toycore's modules beside them, which the
+   chapters quote with ``{literalinclude} /toycore/<module>.py``; each chapter in _toc.yml is
+   executed by papermill with its ``profile`` and ``device`` parameters into
+   ``<build>/source/chapters/``. Committed notebooks are never written to. Chapters run side by
+   side in worker processes (``--jobs``, default one per core on the CPU, one on a GPU), the
+   longest of the last build first, and their sweeps' shards on a local Dask cluster of as many
+   workers; each process has an equal share of the cores as torch threads (one each on two
+   cores: two processes with one thread each do not slow each other there, with two threads each
+   they did, 3.5x).
 2. Expensive results go through ``toycore.cache``, so re-executing with nothing changed is quick.
 3. The chapters' claims ledgers (``<build>/claims/*.json``) are summarised into the intro page,
    beside the paper profile's recorded verdicts (``toycore.records``); a ``paper`` build
@@ -59,7 +60,7 @@ from .paths import REPO_ROOT
 from .paths import build_dir as default_build_dir
 from .profiles import PROFILES, resolve_profile
 
-BOOK_FILES = ("_config.yml", "_toc.yml", "intro.md", "references.bib")
+BOOK_FILES = ("_config.yml", "_toc.yml", "intro.md", "reproducing.md", "references.bib")
 LEDGER_MARKER = "<!-- claims-ledger -->"
 PAPER_MARKER = "<!-- paper-ledger -->"
 LEDGER_ANCHOR = "claims-ledger"  # the id of each chapter's "## Claims ledger" heading
@@ -79,9 +80,9 @@ class BuildInterrupted(RuntimeError):
 
 
 def chapters(root=REPO_ROOT):
-    """The chapter notebooks listed in _toc.yml, in order."""
+    """The chapter notebooks listed in _toc.yml, in order (its other pages are Markdown)."""
     toc = yaml.safe_load((root / "_toc.yml").read_text())
-    entries = [entry["file"] for entry in toc.get("chapters", [])]
+    entries = [e["file"] for e in toc.get("chapters", []) if e["file"].startswith("chapters/")]
     return [root / f"{entry}.ipynb" for entry in entries]
 
 

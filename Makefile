@@ -69,7 +69,7 @@ test-system:
 JUPYTERLAB := jupyterlab==4.6.4
 lab: $(INSTALLED)
 	$(PYTHON) -m pip install --quiet $(JUPYTERLAB)
-	$(VENV)/bin/jupyter lab chapters
+	$(VENV)/bin/jupyter lab chapters $(if $(filter 0,$(shell id -u)),--allow-root)
 
 benchmark: $(INSTALLED)
 	$(PYTHON) benchmarks/tied_step.py

@@ -65,7 +65,8 @@ endef
 test-system:
 	$(if $(TOYCORE_CHROMIUM),,$(call debian_package,chromium,chromium,the browser tests drive it,exit 1))
 
-# JupyterLab is pinned here, not in requirements.txt: the book and the tests do not need it.
+# JupyterLab is pinned here, not in requirements.txt: the book does not need it (the Binder test
+# installs this pin too).
 JUPYTERLAB := jupyterlab==4.6.4
 lab: $(INSTALLED)
 	$(PYTHON) -m pip install --quiet $(JUPYTERLAB)

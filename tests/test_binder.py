@@ -47,7 +47,8 @@ from toycore import book
 from toycore.paths import REPO_ROOT
 
 PROFILE = os.environ.get("TOYCORE_BINDER_PROFILE", "ci")
-JUPYTERLAB = "jupyterlab==4.6.4"  # repo2docker's own pick is newer or older; this is today's
+# The JupyterLab `make lab` installs (repo2docker's own pick is newer or older; this is today's).
+JUPYTERLAB = re.search(r"^JUPYTERLAB := (\S+)$", (REPO_ROOT / "Makefile").read_text(), re.M)[1]
 BINDER_MEMORY_LIMIT = 2 * 1024**3  # mybinder.org's memory limit per session, about 2 GiB
 CPU_INDEX_LINE = "--extra-index-url https://download.pytorch.org/whl/cpu"
 CHAPTERS = [notebook.name for notebook in book.chapters()]

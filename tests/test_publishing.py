@@ -168,15 +168,3 @@ def test_licences_and_citation_are_there():
     citation = yaml.safe_load((REPO_ROOT / "CITATION.cff").read_text())
     assert citation["cff-version"] == "1.2.0" and citation["license"] == "MIT"
     assert citation["title"] == yaml.safe_load((REPO_ROOT / "_config.yml").read_text())["title"]
-
-
-def test_make_lab_opens_the_jupyterlab_the_binder_test_uses():
-    makefile = (REPO_ROOT / "Makefile").read_text()
-    assert re.search(r"^JUPYTERLAB := (\S+)$", makefile, re.M).group(1) == binder_test_jupyterlab()
-
-
-def binder_test_jupyterlab():
-    """The JupyterLab pin of tests/test_binder.py (read, not imported: importing it would
-    collect its module-scoped Binder environment's fixtures here too)."""
-    text = (REPO_ROOT / "tests" / "test_binder.py").read_text()
-    return re.search(r'^JUPYTERLAB = "([^"]+)"', text, re.M).group(1)

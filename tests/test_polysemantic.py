@@ -134,6 +134,20 @@ def test_split_neurons_keeps_the_gram_matrix():
         ex.split_neurons(th.monosemantic(4, 6)[None], noise=0.01, seed=0)
 
 
+def test_split_neurons_draws_at_most_per_model_of_each_models_neurons():
+    W = torch.stack([th.paired(6, 8, sign=-1), th.paired(4, 8, sign=-1)[[0, 1, 2, 3, 0, 1]]])
+    every, _, source = ex.split_neurons(W, noise=0.01, seed=0)
+    assert source.tolist() == [0, 0, 0, 1, 1]  # 3 and 2 polysemantic neurons
+    starts, features, source = ex.split_neurons(W, noise=0.01, seed=0, per_model=2)
+    assert source.tolist() == [0, 0, 1, 1]
+    for start, pair in zip(starts, features):  # each a split of a neuron the two features shared
+        assert torch.equal(start[pair[0], -1].abs() > 0.5, start[pair[1], -1].abs() > 0.5)
+    again = ex.split_neurons(W, noise=0.01, seed=0, per_model=2)[0]
+    assert torch.equal(starts, again)  # the draw is seeded
+    # model 1 keeps both its neurons: its runs do not depend on model 0's draw
+    torch.testing.assert_close(starts[2:], every[3:])
+
+
 def test_winner_statistics_on_a_known_case():
     initial = torch.tensor([[[0.9, 0.1, 0.0], [-0.8, 0.2, 0.0], [0.0, 0.3, 0.1]]])
     final = torch.tensor([[[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 1.0, 0.0]]])

@@ -9,9 +9,10 @@
    ``<build>/source/chapters/``. Committed notebooks are never written to. Chapters run side by
    side in worker processes (``--jobs``, default one per core on the CPU, one on a GPU), the
    longest of the last build first, and their sweeps' shards on a local Dask cluster of as many
-   workers; each process has an equal share of the cores as torch threads (one each on two
-   cores: two processes with one thread each do not slow each other there, with two threads each
-   they did, 3.5x).
+   workers; the workers, and the chapters running at once, each have an equal share of the
+   cores as torch threads (one each on two cores: two processes with one thread each do not
+   slow each other there, with two threads each they did, 3.5x); a chapter executing alone
+   computes its own cells on every core.
 2. Expensive results go through ``toycore.cache``, so re-executing with nothing changed is quick.
 3. The chapters' claims ledgers (``<build>/claims/*.json``) are summarised into the intro page,
    beside the paper profile's recorded verdicts (``toycore.records``); a ``paper`` build
@@ -470,12 +471,16 @@ def execute_all(notebooks, source, profile, device, jobs, variables, log, on_don
                 execute_chapter(notebook, source / notebook.name, profile, device)
                 done(notebook, time.perf_counter() - start)
         return
+    # Shard workers split the cores; so do the chapters' kernels, which wait while shards run:
+    # a chapter executing alone computes its own cells on every core.
     threads = max(1, (os.cpu_count() or 1) // jobs)
-    variables = {**variables, "OMP_NUM_THREADS": str(threads)}
     at_once = min(jobs, len(order))
+    kernel_threads = max(1, (os.cpu_count() or 1) // at_once)
+    variables = {**variables, "OMP_NUM_THREADS": str(kernel_threads)}
     log(
         f"executing {len(order)} chapter(s) (profile {profile}, {device}), {at_once} at a time, "
-        f"torch on {threads} thread(s) in each process ..."
+        f"torch on {kernel_threads} thread(s) in each chapter and {threads} in each of {jobs} "
+        "shard workers ..."
     )
     failure = None
     context = multiprocessing.get_context("spawn")  # a fresh interpreter: no torch state forked

@@ -565,8 +565,9 @@ def collision_runs(features, hidden, seeds, l1, *, steps, lr, lead=1.0, records=
     )
 
 
-def split_neurons(W, noise, seed):
-    """Section 5's proposed fix, for every polysemantic neuron of every model in W (models, n, m).
+def split_neurons(W, noise, seed, per_model=None):
+    """Section 5's proposed fix, for the polysemantic neurons of every model in W (models, n, m):
+    all of them, or at most ``per_model`` of each model's, drawn at random.
 
     Each instance is one model with one polysemantic neuron k duplicated into a new last column.
     The text halves the copies' outgoing weights; in a tied model the outgoing weights are the
@@ -575,32 +576,39 @@ def split_neurons(W, noise, seed):
     Returns the starts (instances, n, m + 1), the two features (instances, 2) and the model
     each instance came from (instances,)."""
     W = torch.as_tensor(W, dtype=DTYPE)
-    which, neuron = th.polysemantic_neurons(W).nonzero(as_tuple=True)
-    if not len(which):
+    polysemantic = th.polysemantic_neurons(W)  # (models, m)
+    if not polysemantic.any():
         raise ValueError(
             "no polysemantic neuron to split: every neuron represents at most one feature"
         )
-    g = generator(seed, "split")
-    starts, features = [], []
-    for model, k in zip(which.tolist(), neuron.tolist()):
-        column = W[model, :, k] / 2**0.5
-        start = torch.cat([W[model], column[:, None]], dim=1)
-        start[:, k] = column
-        on = th.representing(W[model, :, k]).nonzero().flatten()
-        start[on[:, None], torch.tensor([k, -1])] += noise * torch.randn(
-            len(on), 2, generator=g, dtype=DTYPE
-        )
-        starts.append(start)
-        features.append(on[:2])
-    return torch.stack(starts), torch.stack(features), which
+    if per_model is not None:
+        check_size("per_model", per_model)
+    starts, features, which = [], [], []
+    for model in range(len(W)):
+        g = generator(seed, f"split {model}")  # one stream per model: its shard stands alone
+        neurons = polysemantic[model].nonzero().flatten()
+        if per_model is not None and len(neurons) > per_model:
+            neurons = neurons[torch.randperm(len(neurons), generator=g)[:per_model]].sort().values
+        for k in neurons.tolist():
+            column = W[model, :, k] / 2**0.5
+            start = torch.cat([W[model], column[:, None]], dim=1)  # (n, m + 1)
+            start[:, k] = column
+            on = th.representing(W[model, :, k]).nonzero().flatten()
+            start[on[:, None], torch.tensor([k, -1])] += noise * torch.randn(
+                len(on), 2, generator=g, dtype=DTYPE
+            )
+            starts.append(start)
+            features.append(on[:2])
+            which.append(model)
+    return torch.stack(starts), torch.stack(features), torch.tensor(which)
 
 
 @cached
-def split_runs(W, l1, *, noise, steps, lr, optimizer, seed=0):
-    """Train every split neuron's model on (see ``split_neurons``) and return, per instance,
-    whether its two features ended on different neurons, each monosemantic: bool (instances,)."""
-    starts, features, _ = split_neurons(W, noise, seed)
-    model = _instances_from(starts.float(), l1)
+def split_shard(starts, features, l1, *, steps, lr, optimizer):
+    """One shard of ``split_runs``: train the split starts (instances, n, m + 1) of one model and
+    return, per instance, whether its two features (instances, 2) ended on different neurons,
+    each monosemantic: bool (instances,)."""
+    model = _instances_from(torch.as_tensor(starts).float(), l1)
     _, final = _train(
         model,
         steps=steps,
@@ -609,13 +617,32 @@ def split_runs(W, l1, *, noise, steps, lr, optimizer, seed=0):
         records=2,
         desc=f"{len(starts)} split neurons",
     )
-    final = torch.as_tensor(final)
+    final, features = torch.as_tensor(final), torch.as_tensor(features)
     rows = torch.arange(len(final))[:, None]
     homes = final.abs()[rows, features].argmax(-1)  # (instances, 2): each feature's neuron
     represented = th.representing(final)[rows, features, homes]
     alone = th.representing(final).sum(-2)[rows, homes] == 1
     separated = (homes[:, 0] != homes[:, 1]) & (represented & alone).all(-1)
     return separated.numpy()
+
+
+def split_runs(W, l1, *, noise, steps, lr, optimizer, seed=0, per_model=None):
+    """Train every split neuron's model on (see ``split_neurons``), one shard per source model
+    (``toycore.shards``), and return, per instance, whether its two features ended on
+    different neurons, each monosemantic: bool (instances,)."""
+    check_range("l1", l1, 0)
+    check_size("steps", steps)
+    check_range("lr", lr, 0, low_open=True)
+    starts, features, which = split_neurons(W, noise, seed, per_model)
+    calls = [
+        (
+            (starts[which == model].numpy(), features[which == model].numpy(), l1),
+            dict(steps=steps, lr=lr, optimizer=optimizer),
+        )
+        for model in which.unique().tolist()
+    ]
+    outcomes = shards.run(split_shard, calls, f"{len(starts)} split neurons, {optimizer}")
+    return np.concatenate(outcomes)
 
 
 # --- Appendix A: untied weights, rotated inputs ------------------------------------------------

@@ -5,6 +5,7 @@
 #                                    executes its sections 1 to N (a partial paper record)
 # make test                          the whole test suite, chapters run in the `ci` profile
 #                                    (installs Debian's Chromium first if missing)
+# make check                         unit tests and style only (the inner loop)
 # make lab                           open the chapters in JupyterLab (installed on first use)
 # make clean-cache                   remove cached results that no current code can use
 # make benchmark                     chapter 3's closed-form step against plain autograd,
@@ -18,7 +19,7 @@ SYSTEM_PYTHON ?= python3
 # The installed marker is rebuilt whenever the pins or the package metadata change.
 INSTALLED := $(VENV)/.installed
 
-.PHONY: book test lab benchmark clean clean-cache test-system
+.PHONY: book test check lab benchmark clean clean-cache test-system
 
 # Refuse an unknown profile before any work, installing included.
 ifneq ($(words $(PROFILE)),1)
@@ -40,11 +41,18 @@ book: $(INSTALLED)
 		$(if $(JOBS),--jobs $(JOBS)) $(if $(CHAPTERS),--chapters $(CHAPTERS)) \
 		$(if $(THROUGH),--through $(THROUGH))
 
-# One thread per process: the ci profile's models are tiny, so a second thread buys nothing
-# (4.1 min against 3.7 alone), while two processes each spinning two threads on two cores
-# slowed each other 3.5x; with one thread each, anything else running costs the tests nothing.
+# Two test processes (TEST_PROCESSES), each file in one of them (--dist loadfile keeps a
+# chapter's cells together), sharing one result cache: each chapter is computed once per run.
+# One torch thread per process: the ci profile's models are tiny, so a second thread buys
+# nothing, while two processes each spinning two threads on two cores slowed each other 3.5x.
+TEST_PROCESSES ?= 2
+PYTEST := OMP_NUM_THREADS=1 TOYCORE_PROFILE=ci $(PYTHON) -m pytest -n $(TEST_PROCESSES) --dist loadfile
 test: test-system $(INSTALLED)
-	OMP_NUM_THREADS=1 TOYCORE_PROFILE=ci $(PYTHON) -m pytest
+	$(PYTEST)
+
+# The inner loop: unit tests and style, without executing chapters or installing environments.
+check: $(INSTALLED)
+	$(PYTEST) -m "not book" tests
 
 # What the tests need from Debian: Chromium, which the browser tests drive (never a browser that
 # Playwright downloads). Installed when missing and the machine allows it (root, apt-get);

@@ -1,10 +1,63 @@
 """Test-wide settings, also inherited by nbval's kernels: the `ci` profile, no progress bars,
 and a build folder of the tests' own, so that running the chapters under nbval never
-overwrites the claims ledgers of a book built with `make book`."""
+overwrites the claims ledgers of a book built with `make book`; its result cache
+(``_build/tests/cache``) is the one the book build test and the Binder test use too. At the
+end, the time each part of the suite took."""
+
 import os
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
 
 from toycore.paths import REPO_ROOT
 
 os.environ.setdefault("TOYCORE_PROFILE", "ci")
 os.environ["TOYCORE_PROGRESS"] = "0"
 os.environ["TOYCORE_BUILD_DIR"] = str(REPO_ROOT / "_build" / "tests")
+
+BOOK_BUILD = "the book built in ci (every chapter computed, once)"
+PHASES = {
+    "test_binder": "Binder: its environment, postBuild, Run All in JupyterLab",
+    "test_book_build": "the built book's pages and the build's failures",
+    "test_browser": "the pages in Chromium",
+    "test_install": "the wheel installed into a fresh venv",
+}
+HEAVY = {"test_binder", "test_install", "test_browser"}
+seconds = defaultdict(float)
+
+
+def pytest_collection_modifyitems(items):
+    """Mark `book` what executes chapters, builds the book or installs an environment:
+    `make check` leaves it out."""
+    for item in items:
+        path = Path(str(item.path))
+        if (
+            path.suffix == ".ipynb"
+            or path.stem in HEAVY
+            or "built" in getattr(item, "fixturenames", ())
+        ):
+            item.add_marker(pytest.mark.book)
+
+
+def pytest_runtest_logreport(report):
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return  # the controller adds up every worker's reports
+    path = report.nodeid.split("::")[0]
+    phase = "the chapters under nbval" if path.endswith(".ipynb") else "unit tests"
+    built = dict(report.user_properties).get("book_build_s", 0.0)
+    if built:
+        seconds[BOOK_BUILD] += built
+    seconds[PHASES.get(Path(path).stem, phase)] += report.duration - built
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not seconds:
+        return
+    terminalreporter.section("time per phase")
+    for phase, total in sorted(seconds.items(), key=lambda item: -item[1]):
+        terminalreporter.write_line(f"{total:6.0f} s  {phase}")
+    terminalreporter.write_line(
+        "(time in each test process; with pytest -n 2 two run side by side, and a test that "
+        "waits for the book build counts its wait)"
+    )

@@ -1,11 +1,42 @@
+import fcntl
+import os
+import time
+
 import pytest
 
-from toycore import book
+from toycore import book, cache
+
+build_seconds = []  # the book build's time, until the test whose setup built it reports it
+
+
+def run_folder(tmp_path_factory):
+    """A folder for this test run that every pytest-xdist worker of the run shares."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
 
 
 @pytest.fixture(scope="session")
 def built(tmp_path_factory):
-    """The whole book built once in the `ci` profile: (build folder, index.html)."""
-    build_dir = tmp_path_factory.mktemp("book")
-    index = book.build("ci", build_dir, log=lambda message: None)
-    return build_dir, index
+    """The whole book built once per test run in the `ci` profile: (build folder, index.html).
+    Its results go to the tests' result cache, which nbval's kernels and the Binder test read,
+    so that each chapter is computed once per run. Under pytest-xdist the first worker to need
+    the book builds it; another waits for it and reads it."""
+    run = run_folder(tmp_path_factory)
+    build_dir, done = run / "book", run / "book.done"
+    with open(run / "book.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            start = time.perf_counter()
+            with book.environment(TOYCORE_CACHE=str(cache.cache_root())):
+                book.build("ci", build_dir, log=lambda message: None)
+            build_seconds.append(time.perf_counter() - start)
+            done.touch()
+    return build_dir, build_dir / "html" / "index.html"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """The setup that built the book says so, for the time per phase (the root conftest)."""
+    report = (yield).get_result()
+    if call.when == "setup" and build_seconds:
+        report.user_properties.append(("book_build_s", build_seconds.pop()))

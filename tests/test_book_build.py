@@ -64,6 +64,26 @@ def test_ledgers_are_written_pass_and_reach_the_intro(built):
         assert f"chapters/{stem}.html" in intro
 
 
+def test_the_findings_page_lists_every_failure_and_slip_with_a_link_to_its_row(built):
+    build_dir, _ = built
+    page = BeautifulSoup((build_dir / "html" / "findings.html").read_text(), "html.parser")
+    text = page.get_text()
+    for stem in chapter_pages(build_dir):
+        rows = json.loads((build_dir / "claims" / f"{stem}.json").read_text())
+        for row in rows:
+            if not row["passed"] and not row["outside_regime"]:
+                assert row["claim"] in text, f"{stem}: {row['id']} is not on the findings page"
+                assert row["why"] in text, f"{stem}: {row['id']}'s explanation is missing"
+        fixes = json.loads((build_dir / "claims" / "corrections" / f"{stem}.json").read_text())
+        assert all(entry["fix"] in text for entry in fixes)
+    assert "unexpected" not in text  # every failure in ci is explained
+    # every link to a claim's row lands on that row of its chapter's page
+    for link in page.select('table.findings a[href*="#claim-"]'):
+        target, anchor = link["href"].split("#")
+        chapter = BeautifulSoup((build_dir / "html" / target).read_text(), "html.parser")
+        assert chapter.find(id=anchor) is not None, link["href"]
+
+
 def probe_notebook(path, *sources):
     import nbformat
 
@@ -183,6 +203,8 @@ def test_ctrl_c_ends_the_build_in_one_line_naming_chapter_and_cell(tmp_path, job
     assert time.perf_counter() - start < 30  # the build did not wait for the cell
     assert process.returncode == 130
     assert "Traceback" not in stderr, stderr
+    # nor any warning from Dask or from multiprocessing's tracker of the stopped workers
+    assert not re.search(r"distributed|resource_tracker|Warning", stderr), stderr
     assert (
         stderr.strip()
         .splitlines()[-1]

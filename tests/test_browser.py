@@ -41,7 +41,7 @@ CHROMIUM_ARGS = [
 ]
 SCREENSHOTS = REPO_ROOT / "_build" / "screenshots"
 CHAPTER_PAGES = [f"chapters/{notebook.stem}" for notebook in book.chapters()]
-PAGES = ["intro"] + CHAPTER_PAGES + ["reproducing"]
+PAGES = ["intro", "findings"] + CHAPTER_PAGES + ["reproducing"]
 
 
 class QuietHandler(http.server.SimpleHTTPRequestHandler):

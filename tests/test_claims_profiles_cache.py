@@ -80,14 +80,51 @@ def test_known_failures_keep_their_computed_verdict():
         measured=3.0,
         tolerance=0.5,
         known_failure=True,
+        why="the chapter shows why",
     )
     assert not row["passed"] and row["known_failure"]
     assert not ledger.all_passed and unexpected_verdicts(ledger.rows) == []
     assert "explained in the chapter" in ledger.table("b")._repr_html_()
     ledger.equal(
-        "c", "said not to hold, but does", "s", expected=1.0, measured=1.0, known_failure=True
+        "c", "said not to hold", "s", expected=1.0, measured=1.0, known_failure=True, why="w"
     )
     assert unexpected_verdicts(ledger.rows) == ["c"]
+    with pytest.raises(ValueError, match="why="):  # a known failure says why, in one sentence
+        ledger.equal("d", "c", "s", expected=1.0, measured=2.0, known_failure=True)
+
+
+def test_the_findings_list_failures_slips_and_claims_outside_the_regime():
+    ledger = Ledger("03_incidental_polysemanticity", "ci")
+    ledger.equal("law.a", "reproduces", "s", expected=1, measured=1)
+    ledger.equal(
+        "law.b",
+        "fails, explained",
+        "s",
+        expected=1,
+        measured=2,
+        known_failure=True,
+        why="too few steps",
+    )
+    ledger.equal("law.c", "fails, unexplained", "s", expected=1, measured=2)
+    ledger.equal("law.d", "checked outside", "s", expected=1, measured=2, outside_regime="tiny n")
+    ledger.correction("law.slip", "§2", "a wrong 4", fix="we keep the 4")
+    recorded_row = dict(ledger.rows[0], passed=False)  # passes here, fails at the texts' sizes
+    record = {"rows": [recorded_row]}
+    page = book.findings(
+        {ledger.chapter: ledger.rows},
+        {ledger.chapter: ledger.corrections},
+        {ledger.chapter: record},
+        {ledger.chapter: {"claim-law-b"}},
+    )
+    failing, slips, outside_table = page.split("<table")[1:]
+    assert "{cite:t}`lecomte2023incidental`" in page
+    assert "too few steps" in failing and "#claim-law-b" in failing
+    assert "unexpected" in failing and "#claims-ledger" in failing  # no anchor: the ledger
+    assert "reproduces" in failing.split("<tr>")[2]  # law.a: here it does, at paper size not
+    assert "does not reproduce" in failing.split("<tr>")[2]
+    assert "fails, explained" in failing and "reproduces</td>" not in failing.split("<tr>")[-1]
+    assert "a wrong 4" in slips and "we keep the 4" in slips
+    assert "tiny n" in outside_table and "checked outside" not in failing
 
 
 def test_ledger_rejects_bad_rows():

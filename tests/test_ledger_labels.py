@@ -18,7 +18,7 @@ from toycore.paths import REPO_ROOT
 
 CHAPTERS = sorted((REPO_ROOT / "chapters").glob("*.ipynb"))
 LEDGER_FORMS = {"close_to", "at_most", "at_least", "equal"}
-LABELS = {"known_failure", "outside_regime"}
+LABELS = {"known_failure", "why", "outside_regime"}
 # the names a label may start from: the sizes, the parameters, NumPy, the builtins
 SETTINGS = {"P", "profile", "device", "np"} | set(dir(builtins))
 PARAMETERS = {"P", "profile", "device"}  # settings however the notebook computes them

@@ -42,7 +42,13 @@ INTERNAL = re.compile(r"DESIGN|design (?:doc|note)|\bissues? ?#?\d|\.\./shared|s
 
 @pytest.mark.parametrize(
     "path",
-    [*NOTEBOOKS, *(NOTEBOOKS[0].parent.parent / page for page in ("intro.md", "reproducing.md"))],
+    [
+        *NOTEBOOKS,
+        *(
+            NOTEBOOKS[0].parent.parent / page
+            for page in ("intro.md", "findings.md", "reproducing.md")
+        ),
+    ],
     ids=lambda p: p.name,
 )
 def test_the_book_cites_only_what_readers_can_see(path):

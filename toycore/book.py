@@ -2,20 +2,21 @@
 
     python -m toycore.book --profile cpu        # what `make book` runs
 
-1. The book's sources (_config.yml, _toc.yml, intro.md, reproducing.md, references.bib,
-   _static/) are copied to ``<build>/source``, and toycore's modules beside them, which the
-   chapters quote with ``{literalinclude} /toycore/<module>.py``; each chapter in _toc.yml is
-   executed by papermill with its ``profile`` and ``device`` parameters into
-   ``<build>/source/chapters/``. Committed notebooks are never written to. Chapters run side by
-   side in worker processes (``--jobs``, default one per core on the CPU, one on a GPU), the
-   longest of the last build first, and their sweeps' shards on a local Dask cluster of as many
-   workers; the workers, and the chapters running at once, each have an equal share of the
-   cores as torch threads (one each on two cores: two processes with one thread each do not
-   slow each other there, with two threads each they did, 3.5x); a chapter executing alone
-   computes its own cells on every core.
+1. The book's sources (_config.yml, _toc.yml, the pages intro.md, findings.md and
+   reproducing.md, references.bib, _static/) are copied to ``<build>/source``, and toycore's
+   modules beside them, which the chapters quote with ``{literalinclude} /toycore/<module>.py``;
+   each chapter in _toc.yml is executed by papermill with its ``profile`` and ``device``
+   parameters into ``<build>/source/chapters/``. Committed notebooks are never written to.
+   Chapters run side by side in worker processes (``--jobs``, default one per core on the CPU,
+   one on a GPU), the longest of the last build first, and their sweeps' shards on a local Dask
+   cluster of as many workers; the workers, and the chapters running at once, each have an equal
+   share of the cores as torch threads (one each on two cores: two processes with one thread
+   each do not slow each other there, with two threads each they did, 3.5x); a chapter executing
+   alone computes its own cells on every core.
 2. Expensive results go through ``toycore.cache``, so re-executing with nothing changed is quick.
 3. The chapters' claims ledgers (``<build>/claims/*.json``) are summarised into the intro page,
-   beside the paper profile's recorded verdicts (``toycore.records``); a ``paper`` build
+   beside the paper profile's recorded verdicts (``toycore.records``), and make the findings
+   page (every claim that does not reproduce, every slip repaired); a ``paper`` build
    records each chapter's ledger with its provenance in ``results/paper/``.
 4. Sphinx renders ``<build>/source`` into ``<build>/html`` with execution off; the widget state
    papermill saved is embedded in the pages. Warnings are errors.
@@ -36,6 +37,7 @@ import fcntl
 import gc
 import html
 import json
+import logging
 import multiprocessing
 import os
 import re
@@ -56,14 +58,33 @@ from traitlets.config import Config
 
 from . import devices, offline, records, shards
 from .checks import check_size
-from .claims import load_ledgers, outside
+from .claims import anchor, load_corrections, load_ledgers, outside
 from .paths import REPO_ROOT
 from .paths import build_dir as default_build_dir
 from .profiles import PROFILES, resolve_profile
 
-BOOK_FILES = ("_config.yml", "_toc.yml", "intro.md", "reproducing.md", "references.bib")
+BOOK_FILES = (
+    "_config.yml",
+    "_toc.yml",
+    "intro.md",
+    "findings.md",
+    "reproducing.md",
+    "references.bib",
+)
 LEDGER_MARKER = "<!-- claims-ledger -->"
 PAPER_MARKER = "<!-- paper-ledger -->"
+FINDINGS_MARKER = "<!-- findings -->"
+# The text each chapter follows (its title and bibliography key), for the findings page.
+TEXTS = {
+    "01_linear_autoencoders": (
+        "Notes on the mathematics of toy autoencoding problems",
+        "notes_toy_autoencoding",
+    ),
+    "02_relu_output_model": ("Toy Models of Superposition", "elhage2022superposition"),
+    "03_incidental_polysemanticity": ("Incidental polysemanticity", "lecomte2023incidental"),
+    "04_sparsity_from_noise": ("Incidental polysemanticity", "lecomte2023incidental"),
+    "05_persian_rug": ("The Persian Rug", "persianrug2024"),
+}
 LEDGER_ANCHOR = "claims-ledger"  # the id of each chapter's "## Claims ledger" heading
 # The longest a single cell may run, per profile: a stuck or pathologically slow cell fails the
 # build naming its chapter instead of silently using up CI's time. `paper` runs on a GPU, unbounded.
@@ -304,6 +325,106 @@ def paper_comparison(ledgers, recorded, titles, codes):
     return "\n".join(lines)
 
 
+def _chapter(stem):
+    """ "chapter 3" for ``03_incidental_polysemanticity``."""
+    return f"chapter {int(stem.split('_')[0])}"
+
+
+def _plain_verdict(row):
+    """A row's verdict in words, or "not run" for a claim a record does not hold."""
+    if row is None:
+        return "not run"
+    if outside(row):
+        return "outside the text's regime"
+    return "reproduces" if row["passed"] else "does not reproduce"
+
+
+def _link(stem, row_anchors, claim_id):
+    """A link to a claim's row in its section's table, else to the chapter's ledger."""
+    target = anchor(claim_id) if anchor(claim_id) in row_anchors else LEDGER_ANCHOR
+    return f'<a href="chapters/{stem}.html#{target}">{_chapter(stem)}</a>'
+
+
+def findings(ledgers, corrections, recorded, anchors):
+    """The findings page's body, grouped by text: the claims that do not reproduce, in this
+    build or at the texts' sizes, each with the chapter's one-sentence explanation; the slips
+    in the text that the chapters repair; and, apart, the claims checked outside a text's
+    regime. ``corrections``: {chapter: entries} (``toycore.claims.load_corrections``);
+    ``anchors``: {chapter: the row anchors its page has} (``row_anchors``)."""
+    lines = []
+    texts = {}
+    for stem in ledgers:
+        texts.setdefault(TEXTS[stem], []).append(stem)
+    for (name, key), stems in texts.items():
+        failing, repaired, beyond = [], [], []
+        for stem in stems:
+            here = {row["id"]: row for row in ledgers[stem]}
+            record = recorded.get(stem)
+            there = {row["id"]: row for row in record["rows"]} if record else {}
+            page = anchors.get(stem, ())
+            for claim_id in list(here) + [k for k in there if k not in here]:
+                row = here.get(claim_id) or there[claim_id]
+                rows = [r for r in (here.get(claim_id), there.get(claim_id)) if r]
+                start = (
+                    f"<tr><td>{html.escape(row['claim'])}</td>"
+                    f"<td>{_link(stem, page, claim_id)}</td>"
+                )
+                if any(not outside(r) and not r["passed"] for r in rows):
+                    why = next((r.get("why") for r in rows if r.get("why")), "")
+                    why = (
+                        html.escape(why)
+                        if why
+                        else "<strong>unexpected</strong>: not explained yet"
+                    )
+                    failing.append(
+                        f"{start}<td>{why}</td><td>{_plain_verdict(here.get(claim_id))}</td>"
+                        f"<td>{_plain_verdict(there.get(claim_id)) if record else 'no record'}"
+                        "</td></tr>"
+                    )
+                elif all(outside(r) for r in rows):
+                    beyond.append(
+                        f"{start}<td>{html.escape(row['outside_regime'])}</td>"
+                        f"<td>{'holds' if row['passed'] else 'does not hold'}</td></tr>"
+                    )
+            repaired += [
+                f"<tr><td>{html.escape(entry['source'])}</td><td>{html.escape(entry['text'])}</td>"
+                f"<td>{html.escape(entry['fix'])}</td>"
+                f'<td><a href="chapters/{stem}.html">{_chapter(stem)}</a></td></tr>'
+                for entry in corrections.get(stem, [])
+            ]
+        chapters = " and ".join(f"[{_chapter(stem)}](chapters/{stem}.ipynb)" for stem in stems)
+        lines += [f"## {name}", "", f"{{cite:t}}`{key}`, checked in {chapters}.", ""]
+        if failing:
+            lines += [
+                '<table class="findings"><caption>Claims that do not reproduce</caption>'
+                "<tr><th>claim</th><th>chapter</th><th>why</th><th>this build</th>"
+                "<th>the texts' sizes</th></tr>" + "".join(failing) + "</table>",
+                "",
+            ]
+        else:
+            lines += ["Every claim of this text that the book checks reproduces.", ""]
+        if repaired:
+            lines += [
+                '<table class="findings"><caption>Slips in the text that the book repairs'
+                "</caption><tr><th>where</th><th>the text has</th><th>the book</th>"
+                "<th>chapter</th></tr>" + "".join(repaired) + "</table>",
+                "",
+            ]
+        if beyond:
+            lines += [
+                '<table class="findings"><caption>Checked outside the text\'s regime (not '
+                "counted)</caption><tr><th>claim</th><th>chapter</th><th>why outside</th>"
+                "<th>here</th></tr>" + "".join(beyond) + "</table>",
+                "",
+            ]
+    return "\n".join(lines)
+
+
+def row_anchors(notebook):
+    """The claim-row anchors an executed chapter's outputs hold."""
+    return set(re.findall(r'id=\\?"(claim-[\w-]+)', notebook.read_text()))
+
+
 def notebook_title(notebook):
     """The first Markdown heading of a notebook."""
     for cell in nbformat.read(notebook, as_version=4).cells:
@@ -406,7 +527,21 @@ def shard_cluster(jobs, threads, log):
         with _interrupts_ignored():  # the workers inherit it
             cluster = stack.enter_context(shards.local_cluster(jobs, threads))
         log(f"  shards go to a local Dask cluster of {jobs} workers ({cluster.scheduler_address})")
-        yield cluster.scheduler_address
+        try:
+            yield cluster.scheduler_address
+        except (KeyboardInterrupt, BuildInterrupted):
+            _kill_shard_workers(cluster)
+            raise
+
+
+def _kill_shard_workers(cluster):
+    """After Ctrl-C: kill the shard workers at once (a shard in flight is lost either way, and
+    closing the cluster would wait for it, each worker logging its cancelled task), with Dask's
+    warnings about their ends kept out of the log."""
+    logging.getLogger("distributed").setLevel(logging.ERROR)
+    for nanny in cluster.workers.values():
+        with contextlib.suppress(OSError, TypeError):
+            os.kill(nanny.pid, signal.SIGKILL)
 
 
 @contextlib.contextmanager
@@ -484,7 +619,13 @@ def execute_all(notebooks, source, profile, device, jobs, variables, log, on_don
     )
     failure = None
     context = multiprocessing.get_context("spawn")  # a fresh interpreter: no torch state forked
+    # After Ctrl-C stopped the workers, multiprocessing's tracker would warn about semaphores
+    # that it then cleans up itself; it inherits this setting if it starts now.
+    quiet = ",".join(
+        filter(None, [os.environ.get("PYTHONWARNINGS"), "ignore:resource_tracker:UserWarning"])
+    )
     with (
+        environment(PYTHONWARNINGS=quiet),
         shard_cluster(jobs, threads, log) as address,
         concurrent.futures.ProcessPoolExecutor(
             at_once, mp_context=context, initializer=_worker_signals
@@ -696,6 +837,14 @@ def build(
             intro.read_text()
             .replace(LEDGER_MARKER, ledger_summary(ledgers, titles))
             .replace(PAPER_MARKER, paper_comparison(ledgers, recorded, titles, codes))
+        )
+        anchors = {stem: row_anchors(source / "chapters" / f"{stem}.ipynb") for stem in titles}
+        found = source / "findings.md"
+        found.write_text(
+            found.read_text().replace(
+                FINDINGS_MARKER,
+                findings(ledgers, load_corrections(claims), recorded, anchors),
+            )
         )
 
         log("rendering the HTML ...")

@@ -9,16 +9,19 @@ whose verdict is computed from the numbers (never set by hand)::
     ledger.at_least(id, claim, source, measured=..., bound=...)
     ledger.equal(id, claim, source, expected=..., measured=...)
 
-Each also takes ``spread=``, ``note=``, ``known_failure=`` and ``outside_regime=`` (see
-``close_to``). A row is one of three kinds: a test of the text's claim, which can fail; a sanity
-check, true by construction, whose claim says so; or a claim checked where the text's analysis
-does not apply, whose ``outside_regime`` says why: its verdict is computed and shown, but it
-counts neither as reproduced nor as failed. A row's labels are decided from sizes and settings,
-never from its own measured value (``tests/test_ledger_labels.py`` enforces it).
-``ledger.save()`` writes ``<build>/claims/<chapter>.json`` (a list of objects with id, claim,
-source, expected, measured, tolerance, compare, passed, profile, ...; a bound is stored as
-``expected`` with tolerance 0) and ``ledger.table()`` renders the HTML table shown in the
-chapter.
+Each also takes ``spread=``, ``note=``, ``known_failure=`` with its ``why=``, and
+``outside_regime=`` (see ``close_to``). A row is one of three kinds: a test of the text's claim,
+which can fail; a sanity check, true by construction, whose claim says so; or a claim checked
+where the text's analysis does not apply, whose ``outside_regime`` says why: its verdict is
+computed and shown, but it counts neither as reproduced nor as failed. A row's labels are
+decided from sizes and settings, never from its own measured value
+(``tests/test_ledger_labels.py`` enforces it).
+``ledger.correction(id, source, text, fix)`` notes a slip in the text that the chapter repairs
+(a wrong factor, bound or symbol). ``ledger.save()`` writes ``<build>/claims/<chapter>.json``
+(a list of objects with id, claim, source, expected, measured, tolerance, compare, passed,
+profile, ...; a bound is stored as ``expected`` with tolerance 0) and the corrections to
+``<build>/claims/corrections/<chapter>.json``; ``ledger.table()`` renders the HTML table shown
+in the chapter. The book's findings page is made from both.
 """
 
 import html
@@ -47,6 +50,16 @@ def _number(name, value):
 class Ledger:
     def __init__(self, chapter, profile=None):
         self.chapter, self.profile, self.rows = chapter, resolve_profile(profile), []
+        self.corrections = []
+
+    def correction(self, id, source, text, fix):
+        """A slip in the text that the chapter repairs: where it is (``source``), what the text
+        has (``text``) and, in one sentence, what the chapter uses instead and why (``fix``)."""
+        if any(entry["id"] == id for entry in self.corrections):
+            raise ValueError(f"duplicate correction id {id!r}")
+        entry = dict(id=id, source=source, text=text, fix=fix, chapter=self.chapter)
+        self.corrections.append(entry)
+        return entry
 
     def close_to(
         self, id, claim, source, *, expected, measured, tolerance, relative=False, **details
@@ -59,6 +72,9 @@ class Ledger:
         known_failure: the chapter has shown, with its explanation, that this claim does not
             reproduce. The verdict is still computed; the tests flag a known failure that starts
             passing as firmly as a new failure.
+        why: that explanation in one sentence, for the findings page; required with
+            known_failure (given with a conditional known_failure too: it is shown only when
+            the row is one).
         outside_regime: why the text's analysis does not apply at these sizes or settings (an
             empty string: it does). Such a row's verdict is computed and shown, not counted.
         """
@@ -90,6 +106,7 @@ class Ledger:
         spread=None,
         note="",
         known_failure=False,
+        why="",
         outside_regime="",
     ):
         if any(row["id"] == id for row in self.rows):
@@ -100,6 +117,8 @@ class Ledger:
             raise ValueError(f"tolerance must be >= 0; got {tolerance}")
         if known_failure and outside_regime:
             raise ValueError(f"{id}: a row outside the text's regime is not a known failure")
+        if known_failure and not why:
+            raise ValueError(f"{id}: a known failure needs why=, its explanation in one sentence")
         row = dict(
             id=id,
             claim=claim,
@@ -112,6 +131,7 @@ class Ledger:
             spread=None if spread is None else float(spread),
             note=note,
             known_failure=bool(known_failure),
+            why=str(why),
             outside_regime=str(outside_regime),
             profile=self.profile,
             chapter=self.chapter,
@@ -126,15 +146,20 @@ class Ledger:
     def save(self):
         """Write the rows to ``<build>/claims/<chapter>.json`` and return the path."""
         path = build_dir() / "claims" / f"{self.chapter}.json"
-        path.parent.mkdir(parents=True, exist_ok=True)
+        (path.parent / "corrections").mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(self.rows, indent=1))
+        corrections = path.parent / "corrections" / path.name
+        corrections.write_text(json.dumps(self.corrections, indent=1))
         return path
 
     def table(self, *prefixes):
         """The ledger as an HTML table (an object that Jupyter displays); with ``prefixes``,
         only the rows whose id starts with one of them, to show a section's claims where they
         are checked."""
-        return LedgerTable([row for row in self.rows if row["id"].startswith(prefixes or "")])
+        if not prefixes:
+            return LedgerTable(self.rows)
+        # a section's table holds its rows' anchors (the findings page links to them)
+        return LedgerTable([row for row in self.rows if row["id"].startswith(prefixes)], True)
 
 
 def _format(value):
@@ -163,9 +188,14 @@ def verdict_html(row):
     return verdict
 
 
+def anchor(claim_id):
+    """The HTML id of a claim's row in its section's table."""
+    return "claim-" + claim_id.replace(".", "-")
+
+
 class LedgerTable:
-    def __init__(self, rows):
-        self.rows = rows
+    def __init__(self, rows, anchors=False):
+        self.rows, self.anchors = rows, anchors
 
     def _repr_html_(self):
         head = (
@@ -186,8 +216,10 @@ class LedgerTable:
             else:
                 expected = expected.format(e=_format(r["expected"]))
             tolerance = tolerance.format(t=r["tolerance"])
+            row_id = f' id="{anchor(r["id"])}"' if self.anchors else ""
             body.append(
-                f"<tr><td>{html.escape(r['claim'])}{note}</td><td>{html.escape(r['source'])}</td>"
+                f"<tr{row_id}><td>{html.escape(r['claim'])}{note}</td>"
+                f"<td>{html.escape(r['source'])}</td>"
                 f"<td>{expected}</td><td>{measured}</td><td>{tolerance}</td>"
                 f"<td>{verdict}</td></tr>"
             )
@@ -252,3 +284,8 @@ def load_ledgers(directory=None):
     """Every chapter's saved rows: {chapter: [rows]} from ``<build>/claims/*.json``."""
     directory = directory or build_dir() / "claims"
     return {p.stem: json.loads(p.read_text()) for p in sorted(directory.glob("*.json"))}
+
+
+def load_corrections(directory=None):
+    """Every chapter's corrections to its text: {chapter: [entries]}."""
+    return load_ledgers((directory or build_dir() / "claims") / "corrections")

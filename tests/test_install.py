@@ -51,7 +51,9 @@ def test_the_wheel_installs_with_its_book_extra_into_a_fresh_venv(tmp_path):
         [
             python,
             "-c",
+            # dask.distributed: the build's local cluster of shard workers (--jobs > 1)
             "import toycore, toycore.experiments.persian_rug, toycore.shards as s; "
+            "import dask.distributed; "
             "print(toycore.__file__, (s.WORKER_CONFIG / 'workers.yaml').is_file())",
         ],
         **run,

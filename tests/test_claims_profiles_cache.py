@@ -109,7 +109,10 @@ def test_the_findings_list_failures_slips_and_claims_outside_the_regime():
     ledger.equal("law.d", "checked outside", "s", expected=1, measured=2, outside_regime="tiny n")
     ledger.correction("law.slip", "§2", "a wrong 4", fix="we keep the 4")
     recorded_row = dict(ledger.rows[0], passed=False)  # passes here, fails at the texts' sizes
-    record = {"rows": [recorded_row]}
+    # a known failure recorded before rows said why in one sentence
+    older = dict(ledger.rows[1], id="law.e", claim="recorded only")
+    del older["why"]
+    record = {"rows": [recorded_row, older]}
     page = book.findings(
         {ledger.chapter: ledger.rows},
         {ledger.chapter: ledger.corrections},
@@ -125,6 +128,9 @@ def test_the_findings_list_failures_slips_and_claims_outside_the_regime():
     assert "fails, explained" in failing and "reproduces</td>" not in failing.split("<tr>")[-1]
     assert "a wrong 4" in slips and "we keep the 4" in slips
     assert "tiny n" in outside_table and "checked outside" not in failing
+    last = failing.split("<tr>")[-1]
+    assert "recorded only" in last and "explained in the chapter" in last
+    assert "unexpected" not in last
 
 
 def test_ledger_rejects_bad_rows():

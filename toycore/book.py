@@ -530,15 +530,15 @@ def shard_cluster(jobs, threads, log):
         log(f"  shards go to a local Dask cluster of {jobs} workers ({cluster.scheduler_address})")
         try:
             yield cluster.scheduler_address
-        except (KeyboardInterrupt, BuildInterrupted):
+        finally:
             _kill_shard_workers(cluster)
-            raise
 
 
 def _kill_shard_workers(cluster):
-    """After Ctrl-C: kill the shard workers at once (a shard in flight is lost either way, and
-    closing the cluster would wait for it, each worker logging its cancelled task), with Dask's
-    warnings about their ends kept out of the log."""
+    """When the chapters are done, or after Ctrl-C: kill the shard workers at once, with Dask's
+    warnings about their ends kept out of the log. Closing the cluster would wait for them: for
+    a shard in flight after Ctrl-C, lost either way, each worker logging its cancelled task; and
+    on a busy machine even idle workers outlast Dask's 4 s and are killed with a warning."""
     logging.getLogger("distributed").setLevel(logging.ERROR)
     for nanny in cluster.workers.values():
         with contextlib.suppress(OSError, TypeError):

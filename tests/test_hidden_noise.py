@@ -118,6 +118,15 @@ def test_compromising_encoding_is_found_on_a_hand_built_matrix():
     assert ex.compromising_encodings(W) == []
 
 
+def test_opposing_weights_count_the_others_in_each_owned_neuron():
+    W = np.zeros((3, 4))
+    W[0, 0], W[1, 1] = 1.0, -1.0  # encoding 0 owns neuron 0, encoding 1 owns neuron 1
+    W[1, 0], W[2, 0] = -0.05, -0.005  # against owner 0: one by at least 0.01, one too small
+    W[0, 1], W[2, 1] = 0.02, -0.3  # against owner 1 (negative): 0.02 opposes, -0.3 does not
+    assert ex.opposing_weights(W) == (0.5, 4)
+    assert ex.opposing_weights(W, small=0.001) == (0.75, 4)
+
+
 def test_theory_reference_values():
     assert th.initial_fourth_norm(16) == 3 / 16
     assert th.random_unit_fourth_norm(16) == 3 / 18

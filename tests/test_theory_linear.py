@@ -146,3 +146,27 @@ def test_integrate_matches_a_closed_form():
     times = np.linspace(0, 2, 5)
     (y,) = th.integrate(lambda y: -y, (torch.ones(3),), times)
     torch.testing.assert_close(y[:, 0], torch.exp(-torch.tensor(times)), rtol=1e-9, atol=1e-11)
+
+
+def test_a_critical_point_found_from_a_random_start_has_the_form_of_proposition_1(sigma):
+    eigenvalues, eigenvectors = th.eigh_descending(sigma)
+    g = torch.Generator().manual_seed(3)
+    A, B = th.solve_critical_point(
+        sigma, torch.randn(5, 2, generator=g), torch.randn(2, 5, generator=g)
+    )
+    grad_A, grad_B = th.linear_gradients(A, B, sigma)
+    assert max(grad_A.abs().max(), grad_B.abs().max()) < 1e-12
+    index_set = th.projection_index_set(eigenvectors, A @ B)
+    U_I = eigenvectors[:, list(index_set)]
+    assert len(index_set) == 2
+    torch.testing.assert_close(A @ B, U_I @ U_I.T)
+    assert th.linear_loss(A, B, sigma).item() == pytest.approx(
+        th.critical_loss(eigenvalues, index_set).item(), abs=1e-12
+    )
+
+
+def test_the_index_set_of_a_projection_is_the_eigenvectors_it_keeps(sigma):
+    _, eigenvectors = th.eigh_descending(sigma)
+    A, B = th.critical_point(eigenvectors, (1, 3))
+    assert th.projection_index_set(eigenvectors, A @ B) == (1, 3)
+    assert th.projection_index_set(eigenvectors, torch.zeros(5, 5)) == ()

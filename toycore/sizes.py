@@ -21,6 +21,7 @@ LINEAR = dict(
         moment_samples=4096,  # samples per seed for the moments of section 1
         spectrum_T=[256, 1024, 4096, 16384],  # data set sizes at which Σ's spectrum splits
         census=(4, 2),  # (D, d) at which every critical point is enumerated
+        critical_starts=24,  # random starts of the independent critical-point search
         flow_time=50.0,  # how long the gradient flows run
         explorer=dict(features=6, hidden=(1, 2), sparsities=(0.5, 0.9), steps=600),
     ),
@@ -35,6 +36,7 @@ LINEAR = dict(
         moment_samples=16384,
         spectrum_T=[256, 1024, 4096, 16384, 65536],
         census=(6, 3),
+        critical_starts=64,
         flow_time=200.0,
         explorer=dict(
             features=8,
@@ -54,6 +56,7 @@ LINEAR = dict(
         moment_samples=65536,
         spectrum_T=[256, 1024, 4096, 16384, 65536, 262144],
         census=(7, 3),
+        critical_starts=128,
         flow_time=1000.0,
         explorer=dict(
             features=12,

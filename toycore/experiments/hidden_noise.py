@@ -419,6 +419,19 @@ def compromising_encodings(W, level=0.2, owner=0.5, share=0.1):
     return found
 
 
+def opposing_weights(W, owner=0.5, small=0.01):
+    """Figure 6's smaller weights: in each neuron j that an encoding owns (|W_ij| >= ``owner``),
+    the share of the other encodings i' whose weight opposes the owner's sign by at least
+    ``small`` (W_i'j sign(W_ij) <= -small). W: (n, m). Returns (share, pairs counted)."""
+    W = np.asarray(W)
+    owners = np.abs(W).argmax(0)
+    owned = np.flatnonzero(np.abs(W).max(0) >= owner)
+    # (n, owned) each weight against its column's owner's sign; the owners themselves left out
+    against = W[:, owned] * np.sign(W[owners[owned], owned])
+    others = np.arange(len(W))[:, None] != owners[owned][None, :]
+    return float((against[others] <= -small).mean()), int(others.sum())
+
+
 # --- appendix C: the loss one SGD step later, by Monte Carlo ----------------------------------
 
 

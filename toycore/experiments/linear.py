@@ -15,6 +15,7 @@ from ..cache import cached
 from ..data import SparseUniform, sparse_moments
 from ..models import LinearAutoencoder, TiedLinear
 from ..profiles import select
+from ..progress import progress_bar
 from ..seeding import generator
 from ..sizes import LINEAR
 from ..theory import linear as th
@@ -184,6 +185,7 @@ class CriticalPoint:
     gradient_norm: float  # norm of the gradient in (A, B)
     hessian_min: float  # the Hessian's smallest eigenvalue
     negative: int  # number of negative Hessian eigenvalues
+    positive: int  # number of positive Hessian eigenvalues
     zero: int  # number of Hessian eigenvalues zero up to rounding
     inversions: int  # number of (j in I, k not in I, k < j)
 
@@ -196,20 +198,36 @@ class Census:
     eigenvalues: np.ndarray  # (features,) Σ's eigenvalues, decreasing
 
 
-def critical_point_census(features, hidden, sparsity, samples, seed):
-    """All C(D, d) critical points of one sample Σ, each with a random invertible C.
+def zero_eigenvalue(hessian):
+    """The size below which a Hessian eigenvalue counts as zero up to rounding: 1e3 machine
+    epsilons of the largest. A random C can be ill-conditioned, which inflates the largest
+    eigenvalue, so a looser relative cut (1e-9) would count small real eigenvalues as zero."""
+    return 1e3 * torch.finfo(hessian.dtype).eps * hessian.abs().max()
 
-    Per index set: the loss and its prediction, the gradient norm, and the Hessian's counts of
-    negative and zero eigenvalues next to the number of inversions (j in I, k not in I, k < j).
-    """
+
+def checked_spectral_data(features, sparsity, samples, seed):
+    """``spectral_data``, refused when Σ is singular or has a repeated eigenvalue (the text's
+    assumption, which Proposition 1 needs)."""
     data = spectral_data(features, sparsity, samples, seed)
-    sigma, eigenvalues, eigenvectors = data.sigma, data.eigenvalues, data.eigenvectors
+    eigenvalues = data.eigenvalues
     gaps = -eigenvalues.diff()
     if eigenvalues[-1] <= 1e-9 * eigenvalues[0] or gaps.min() <= 1e-9 * eigenvalues[0]:
         raise ValueError(
             f"Σ from {samples} samples (seed {seed}) is singular or has a repeated "
             f"eigenvalue, which Proposition 1 excludes: use more samples"
         )
+    return data
+
+
+def critical_point_census(features, hidden, sparsity, samples, seed):
+    """All C(D, d) critical points of one sample Σ, each with a random invertible C.
+
+    Per index set: the loss and its prediction, the gradient norm, and the Hessian's counts of
+    negative, positive and zero eigenvalues next to the number of inversions (j in I, k not in
+    I, k < j).
+    """
+    data = checked_spectral_data(features, sparsity, samples, seed)
+    sigma, eigenvalues, eigenvectors = data.sigma, data.eigenvalues, data.eigenvectors
     g = generator(seed, "census")
     rows = []
     for index_set in th.index_sets(features, hidden):
@@ -217,9 +235,7 @@ def critical_point_census(features, hidden, sparsity, samples, seed):
         A, B = th.critical_point(eigenvectors, index_set, C)
         grad_A, grad_B = th.linear_gradients(A, B, sigma)
         hessian = th.hessian_eigenvalues(A, B, sigma)
-        # zero up to rounding: a random C can be ill-conditioned, which inflates the largest
-        # eigenvalue, so a looser relative cut (1e-9) would count small real eigenvalues as zero
-        zero = 1e3 * torch.finfo(DTYPE).eps * hessian.abs().max()
+        zero = zero_eigenvalue(hessian)
         rows.append(
             CriticalPoint(
                 index_set=index_set,
@@ -228,11 +244,76 @@ def critical_point_census(features, hidden, sparsity, samples, seed):
                 gradient_norm=float(torch.sqrt(grad_A.pow(2).sum() + grad_B.pow(2).sum())),
                 hessian_min=float(hessian[0]),
                 negative=int((hessian < -zero).sum()),
+                positive=int((hessian > zero).sum()),
                 zero=int((hessian.abs() <= zero).sum()),
                 inversions=len(th.inversions(index_set, features)),
             )
         )
     return Census(rows=rows, eigenvalues=eigenvalues.numpy())
+
+
+@dataclass(frozen=True)
+class FoundPoint:
+    """A critical point found from a random start, knowing nothing of Σ's eigenvectors."""
+
+    gradient_norm: float  # norm of the gradient in (A, B) where the search stopped
+    rank_ratio: float  # A's smallest singular value over its largest (0: A is rank-deficient)
+    index_set: tuple  # the eigenvectors AB keeps (u_iᵀ AB u_i > 1/2)
+    form_error: float  # largest entry of A - U_I C, B - C⁻¹U_Iᵀ and AB - U_I U_Iᵀ, C = U_Iᵀ A
+    loss: float  # loss at the point
+    predicted: float  # the sum of the eigenvalues outside I
+    negative: int  # number of negative Hessian eigenvalues
+    positive: int  # number of positive Hessian eigenvalues
+
+
+@cached
+def critical_points_found(features, hidden, sparsity, samples, seed, starts):
+    """Critical points of one sample Σ found independently of Proposition 1: from ``starts``
+    random (A, B) with standard normal entries, Levenberg-Marquardt drives the gradient (19) to
+    zero. Each end point is then compared with the form (⋆) for the eigenvectors it keeps.
+
+    A rank-deficient A (the text assumes full rank) keeps fewer than ``hidden`` eigenvectors;
+    its form_error is then infinite, and the caller sets it apart by rank_ratio.
+    """
+    data = checked_spectral_data(features, sparsity, samples, seed)
+    sigma, eigenvalues, eigenvectors = data.sigma, data.eigenvalues, data.eigenvectors
+    g = generator(seed, "critical search")
+    found = []
+    bar = progress_bar(starts, f"critical points from random starts (seed {seed})")
+    for _ in range(starts):
+        A = torch.randn(features, hidden, generator=g, dtype=DTYPE)
+        B = torch.randn(hidden, features, generator=g, dtype=DTYPE)
+        A, B = th.solve_critical_point(sigma, A, B)
+        grad_A, grad_B = th.linear_gradients(A, B, sigma)
+        singular = torch.linalg.svdvals(A)
+        index_set = th.projection_index_set(eigenvectors, A @ B)
+        form_error, predicted = float("inf"), float("nan")
+        if len(index_set) == hidden:
+            U_I = eigenvectors[:, list(index_set)]
+            C = U_I.T @ A
+            form_error = max(
+                float((A - U_I @ C).abs().max()),
+                float((B - torch.linalg.solve(C, U_I.T)).abs().max()),
+                float((A @ B - U_I @ U_I.T).abs().max()),
+            )
+            predicted = float(th.critical_loss(eigenvalues, index_set))
+        hessian = th.hessian_eigenvalues(A, B, sigma)
+        zero = zero_eigenvalue(hessian)
+        found.append(
+            FoundPoint(
+                gradient_norm=float(torch.sqrt(grad_A.pow(2).sum() + grad_B.pow(2).sum())),
+                rank_ratio=float(singular[-1] / singular[0]),
+                index_set=index_set,
+                form_error=form_error,
+                loss=float(th.linear_loss(A, B, sigma)),
+                predicted=predicted,
+                negative=int((hessian < -zero).sum()),
+                positive=int((hessian > zero).sum()),
+            )
+        )
+        bar.update(1)
+    bar.close()
+    return found
 
 
 # --- 4. the saddle-escape perturbation -----------------------------------------------------------

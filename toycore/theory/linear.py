@@ -12,6 +12,7 @@ from itertools import combinations
 import numpy as np
 import torch
 from scipy.integrate import solve_ivp
+from scipy.optimize import least_squares
 
 from ..checks import check_size
 from ..data import sparse_moments
@@ -114,6 +115,34 @@ def hessian_eigenvalues(A, B, sigma):
 
     flat = torch.cat([A.reshape(-1), B.reshape(-1)]).detach()
     return torch.linalg.eigvalsh(torch.autograd.functional.hessian(loss, flat))
+
+
+def solve_critical_point(sigma, A, B):
+    """A zero of the gradient (19) near (A, B), with no knowledge of Σ's eigenvectors:
+    Levenberg-Marquardt on the gradient as a residual, in float64. Returns (A, B) as found;
+    the caller checks the gradient, since a zero is not guaranteed."""
+    sigma = sigma.double().numpy()
+    shape_A, shape_B = A.shape, B.shape
+
+    def unpack(flat):
+        return flat[: A.numel()].reshape(shape_A), flat[A.numel() :].reshape(shape_B)
+
+    def gradient(flat):
+        a, b = unpack(flat)
+        residual = sigma - a @ b @ sigma
+        return np.concatenate([(-2 * residual @ b.T).ravel(), (-2 * a.T @ residual).ravel()])
+
+    start = np.concatenate([A.double().numpy().ravel(), B.double().numpy().ravel()])
+    found = least_squares(
+        gradient, start, method="lm", xtol=1e-15, ftol=1e-15, gtol=1e-15, max_nfev=2000
+    )
+    return tuple(torch.from_numpy(part.copy()) for part in unpack(found.x))
+
+
+def projection_index_set(eigenvectors, P):
+    """The eigenvectors u_i that P keeps (u_iᵀ P u_i > 1/2): the I of P = U_I U_Iᵀ, if it is one."""
+    kept = torch.einsum("ji,jk,ki->i", eigenvectors, P, eigenvectors)
+    return tuple(int(i) for i in torch.nonzero(kept > 0.5).flatten())
 
 
 def saddle_escape(eigenvectors, index_set, j, k, eps, C=None):

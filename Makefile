@@ -16,9 +16,7 @@ PROFILES := ci cpu paper
 VENV ?= .venv
 PYTHON := $(VENV)/bin/python
 SYSTEM_PYTHON ?= python3
-# The installed marker is rebuilt whenever the pins or the package metadata change. --no-compile:
-# Python compiles what it imports on first use; compiling all of torch and Sphinx ahead costs
-# a third of the install.
+# The installed marker is rebuilt whenever the pins or the package metadata change.
 INSTALLED := $(VENV)/.installed
 
 .PHONY: book test check lab benchmark clean clean-cache test-system
@@ -35,7 +33,7 @@ $(INSTALLED): requirements.txt pyproject.toml
 	@test -x $(PYTHON) || $(SYSTEM_PYTHON) -m venv $(VENV) || { echo "could not create $(VENV):" \
 		"install Python's venv module (Debian: apt-get install python3-venv)" >&2; exit 1; }
 	$(PYTHON) -m pip install --quiet --upgrade pip
-	$(PYTHON) -m pip install --quiet --no-compile -r requirements.txt
+	$(PYTHON) -m pip install --quiet -r requirements.txt
 	@touch $@
 
 book: $(INSTALLED)

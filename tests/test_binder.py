@@ -16,11 +16,9 @@ each index once (``PIP_RETRIES=0``): a machine that cannot reach that index (the
 package registries) goes on at once to the indexes and wheel folders pip's own configuration
 names, which must then hold ``torch==2.13.0+cpu``. ``TOYCORE_BINDER_OFFLINE=1`` drops the index
 line instead, for a machine where even trying it is unwelcome. pip's download cache is left on,
-so a second run fetches nothing again. Two things differ from Binder on purpose: pip does not
-compile every module ahead (``--no-compile``; Python compiles what a kernel imports, the same
-code, a third of the install's time saved), and the copy's result cache is the test run's
-(``TOYCORE_CACHE``), which the book build test and nbval share, so that postBuild and Run All
-read what the run computed once instead of computing it again.
+so a second run fetches nothing again. One thing differs from Binder on purpose: the copy's
+result cache is the test run's (``TOYCORE_CACHE``), which the book build test and nbval share,
+so that postBuild and Run All read what the run computed once instead of computing it again.
 
 The profile is the tests' ``ci`` (postBuild honours ``TOYCORE_PROFILE``); for the profile a
 Binder reader gets, ``TOYCORE_BINDER_PROFILE=cpu .venv/bin/python -m pytest tests/test_binder.py``.
@@ -121,7 +119,7 @@ def binder(tmp_path_factory):
     environ = reader_environment(venv)
     seconds = run([sys.executable, "-m", "venv", str(venv)])
     seconds += run(
-        ["pip", "install", "--quiet", "--no-compile", "-r", str(requirements), JUPYTERLAB],
+        ["pip", "install", "--quiet", "-r", str(requirements), JUPYTERLAB],
         env={**environ, "PIP_RETRIES": "0"},
     )
     log(f"binder: requirements and {JUPYTERLAB} installed in {seconds:.0f} s")

@@ -37,7 +37,7 @@ def test_the_wheel_installs_with_its_book_extra_into_a_fresh_venv(tmp_path):
             "install",
             "--quiet",
             "--disable-pip-version-check",
-            "--no-compile",  # as the Makefile: Python compiles what it imports
+            "--no-compile",  # two short processes import from it: compiling all of it costs more
             "-c",
             tmp_path / "constraints.txt",
             f"{wheel}[book]",

@@ -355,6 +355,28 @@ def headline(sweep, density, ratio):
     )
 
 
+# The rug's large-ns loss is an optimisation over (a, b) at every point (about 40 ms each), so
+# the curves the chapter draws take seconds: cached, like any computation that long.
+
+
+@cached
+def rug_loss_curves(densities, ratios):
+    """``th.rug_losses`` at every density: (densities, 3, ratios) of (loss, a, b)."""
+    return np.array([th.rug_losses(p, ratios) for p in densities])
+
+
+@cached
+def drop_ratios(densities, fractions):
+    """``th.drop_ratio`` at every fraction and density: (fractions, densities)."""
+    return np.array([[th.drop_ratio(p, f) for p in densities] for f in fractions])
+
+
+@cached
+def ratios_with_scale(density, scale):
+    """``th.ratios_with_scale`` on its default grid."""
+    return th.ratios_with_scale(density, scale)
+
+
 @dataclass(frozen=True)
 class FiniteRug:
     """Actual rugs of one ns, one per (p, nd/ns), measured on data against the large-ns loss."""
@@ -568,6 +590,7 @@ def _argmin(loss, low, high):
     ).x
 
 
+@cached
 def text_equations(
     densities=(0.01, 0.05, 0.2, 0.5),
     sigmas=tuple(np.geomspace(0.01, 1, 9)),

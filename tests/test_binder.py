@@ -6,7 +6,8 @@ toycore and executes every chapter once, warming the result cache), and ``jupyte
 repo2docker adds. Then a Jupyter server on 127.0.0.1 and Chromium through Playwright, every
 request to any other host refused:
 
-- each chapter opens in JupyterLab, "Run All Cells" runs every cell, and no cell has an error;
+- each chapter opens in JupyterLab, "Run All Cells" runs every cell, and no cell has an error
+  (two chapters at a time, a kernel each, as two readers would);
 - the kernel's peak memory (VmHWM) fits mybinder.org's 2 GiB, and the time Run All took is
   recorded (``<build>/binder/<profile>.json``, and printed);
 - a live explorer's control moved and its Run button pressed give a different figure.
@@ -239,11 +240,16 @@ def open_chapter(browser, server, name):
     return context, page
 
 
-def run_all(page, timeout_s):
-    """Run > Run All Cells, then wait until no cell is queued or running and the kernel is idle:
-    the seconds taken."""
+def click_run_all(page):
+    """Run > Run All Cells."""
     page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).click()
     page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Run All Cells$")).click()
+
+
+def run_all(page, timeout_s):
+    """Run All Cells, then wait until no cell is queued or running and the kernel is idle: the
+    seconds taken."""
+    click_run_all(page)
     start = time.perf_counter()
     page.wait_for_function(f"() => {PROMPTS}.some(text => text.includes('*'))", timeout=30_000)
     page.wait_for_function(
@@ -266,40 +272,84 @@ def record(name, **numbers):
     RESULTS.write_text(json.dumps(results, indent=1))
 
 
-# The chapter whose live explorer is tried; its Run All test leaves it open for that test.
+# The chapter whose live explorer is tried; its Run All leaves it open for that test.
 EXPLORER_CHAPTER = CHAPTERS[0]
+# Chapters run two at a time, the longest first: a kernel each, on a machine's two cores.
+AT_ONCE = 2
+
+
+class Running:
+    """One chapter open in its own page, Run All Cells clicked; ``poll`` says when it is done."""
+
+    def __init__(self, browser, server, name):
+        self.name = name
+        self.context, self.page = open_chapter(browser, server, name)
+        self.session = next(s for s in api(server, "sessions") if s["path"].endswith(name))
+        self.pid = kernel_pid(self.session["kernel"]["id"])
+        click_run_all(self.page)
+        self.start, self.started = time.perf_counter(), False
+
+    def poll(self):
+        """The seconds Run All took once no cell is queued or running and the kernel is idle
+        (None before), as ``run_all`` waits for it."""
+        elapsed = time.perf_counter() - self.start
+        if self.page.evaluate(f"() => {PROMPTS}.some(text => text.includes('*'))"):
+            self.started = True
+        elif not self.started:
+            assert elapsed < 30, f"{self.name}: Run All started no cell in 30 s"
+        elif self.page.evaluate(f"() => {KERNEL_IDLE}"):
+            return elapsed
+        assert elapsed < RUN_ALL_TIMEOUT_S, f"{self.name}: Run All not done in {elapsed:.0f} s"
+        return None
 
 
 @pytest.fixture(scope="module")
-def left_open(server):
-    """Chapters a Run All test left open, kernel running: {name: (context, page, session id)}."""
-    pages = {}
-    yield pages
-    for context, _, session_id in pages.values():
-        context.close()
-        api(server, f"sessions/{session_id}", method="DELETE")
+def chapters_run(browser, server):
+    """Every chapter run with Run All in JupyterLab, AT_ONCE at a time: {name: (seconds, kernel
+    peak memory, the notebook with its outputs) or the exception that stopped it}. The explorer
+    chapter's page stays open, its kernel running, as ``chapters_run[EXPLORER_CHAPTER + ' page']``
+    = (context, page)."""
+    outcomes, waiting, running = {}, sorted(CHAPTERS, reverse=True), []
+    while waiting or running:
+        while waiting and len(running) < AT_ONCE:
+            name = waiting.pop(0)
+            try:
+                running.append(Running(browser, server, name))
+            except Exception as error:  # noqa: BLE001 (reported by that chapter's test)
+                outcomes[name] = error
+        for chapter in list(running):
+            try:
+                seconds = chapter.poll()
+                if seconds is None:
+                    continue
+                outcomes[chapter.name] = (
+                    seconds,
+                    peak_memory(chapter.pid),
+                    open_notebook(chapter.page),
+                )
+            except Exception as error:  # noqa: BLE001 (reported by that chapter's test)
+                outcomes[chapter.name] = error
+            running.remove(chapter)
+            if chapter.name == EXPLORER_CHAPTER and not isinstance(
+                outcomes[chapter.name], Exception
+            ):
+                outcomes[f"{chapter.name} page"] = (chapter.context, chapter.page)
+            else:
+                chapter.context.close()
+                api(server, f"sessions/{chapter.session['id']}", method="DELETE")
+        time.sleep(0.5)
+    yield outcomes
+    if f"{EXPLORER_CHAPTER} page" in outcomes:
+        outcomes[f"{EXPLORER_CHAPTER} page"][0].close()
 
 
 @pytest.mark.parametrize("name", CHAPTERS)
 def test_a_chapter_runs_all_cells_in_jupyterlab_with_no_error_within_binders_memory(
-    browser, server, left_open, name
+    chapters_run, name
 ):
-    context, page = open_chapter(browser, server, name)
-    keep = False
-    try:
-        session = next(s for s in api(server, "sessions") if s["path"].endswith(name))
-        pid = kernel_pid(session["kernel"]["id"])
-        seconds = run_all(page, RUN_ALL_TIMEOUT_S)
-        peak = peak_memory(pid)
-        notebook = open_notebook(page)
-        keep = name == EXPLORER_CHAPTER
-    finally:
-        if keep:
-            left_open[name] = (context, page, session["id"])
-        else:
-            context.close()
-    if not keep:
-        api(server, f"sessions/{session['id']}", method="DELETE")
+    if isinstance(chapters_run[name], Exception):
+        raise chapters_run[name]
+    seconds, peak, notebook = chapters_run[name]
     record(name, run_all_s=round(seconds, 1), kernel_peak_mib=round(peak / 2**20))
     log(f"binder: {name}: Run All in {seconds:.0f} s, kernel peak memory {peak / 2**20:.0f} MiB")
     code = [cell for cell in notebook["cells"] if cell["cell_type"] == "code"]
@@ -324,11 +374,11 @@ def figure_digest(image):
 
 
 def test_moving_a_live_explorers_control_and_pressing_run_changes_its_figure(
-    browser, server, left_open
+    browser, server, chapters_run
 ):
-    # The chapter as its Run All test left it; run on its own, this test runs it first.
-    if EXPLORER_CHAPTER in left_open:
-        context, page, _ = left_open.pop(EXPLORER_CHAPTER)
+    # The chapter as Run All left it; when that failed, opened and run again here.
+    if f"{EXPLORER_CHAPTER} page" in chapters_run:
+        context, page = chapters_run.pop(f"{EXPLORER_CHAPTER} page")
     else:
         context, page = open_chapter(browser, server, EXPLORER_CHAPTER)
         run_all(page, RUN_ALL_TIMEOUT_S)

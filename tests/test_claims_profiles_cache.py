@@ -3,7 +3,14 @@ import json
 import pytest
 
 from toycore import book, cache, profiles
-from toycore.claims import BesideTable, Ledger, LedgerTable, load_ledgers, unexpected_verdicts
+from toycore.claims import (
+    BesideTable,
+    Ledger,
+    LedgerTable,
+    load_ledgers,
+    seed_tolerance,
+    unexpected_verdicts,
+)
 from toycore.experiments import hidden_noise, linear, persian_rug, polysemantic, relu
 
 
@@ -267,3 +274,11 @@ def test_this_builds_rows_stand_beside_the_recorded_ones():
     assert "<td>0.9 ± 0.01</td>" in at_64 and "does not reproduce" in at_64
     assert '<td>0.98 ± 0.01</td><td><span style="color:#1a7f37">reproduces' in at_64
     assert at_2048.startswith("<td>at 2048</td><td>not run</td>")
+
+
+def test_a_tolerance_from_the_seeds_is_the_half_width_of_their_t_interval():
+    # mean 2, standard deviation 1, three seeds: t(0.975, 2) = 4.303 standard errors;
+    # a seed that gave no value is left out: 1 and 3, one standard error, t(0.975, 1) = 12.706
+    assert seed_tolerance([1.0, 2.0, 3.0]) == pytest.approx(4.303 / 3**0.5, rel=1e-3)
+    assert seed_tolerance([1.0, float("nan"), 3.0]) == pytest.approx(12.706, rel=1e-3)
+    assert seed_tolerance([1.0, float("nan")]) == float("inf")  # one seed: spread unknown

@@ -222,6 +222,9 @@ def test_rate_exponents_read_the_local_power_where_the_push_is_weakest():
     rate = ex.rate_exponents(sweep, 1.0)
     assert np.isnan(rate.l1_steps[0])  # 1e6 steps: beyond the run
     assert rate.l1_exponent == pytest.approx(1, abs=0.01)
+    assert rate.l1_seed_exponents == pytest.approx([1], abs=0.01)  # the one seed
+    # crossings at steps 1e5 and 1e4 on a grid of 10 steps: known to 1e-4 and 1e-3 relative
+    assert rate.l1_resolution == pytest.approx((1e-4 + 1e-3) / np.log(10), rel=0.01)
     assert np.isnan(rate.sigma_steps[0])  # 1.6e5 steps
     assert rate.sigma_exponent == pytest.approx(4, abs=0.05)
     with pytest.raises(ValueError, match="two values"):

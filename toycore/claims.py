@@ -47,6 +47,22 @@ def _number(name, value):
     return value
 
 
+def seed_tolerance(per_seed, confidence=0.95):
+    """A tolerance from the runs' own seed spread: the half-width of the t-interval of the mean
+    of ``per_seed`` (one value per seed; NaNs, seeds that gave no value, left out). Infinite
+    with fewer than two values, whose spread is unknown."""
+    from scipy import stats
+
+    values = [float(v) for v in per_seed if not math.isnan(float(v))]
+    if len(values) < 2:
+        return math.inf
+    mean = sum(values) / len(values)
+    deviation = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+    return float(
+        stats.t.ppf((1 + confidence) / 2, len(values) - 1) * deviation / len(values) ** 0.5
+    )
+
+
 class Ledger:
     def __init__(self, chapter, profile=None):
         self.chapter, self.profile, self.rows = chapter, resolve_profile(profile), []

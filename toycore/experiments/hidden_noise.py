@@ -269,21 +269,42 @@ class RateExponents:
     sigma_steps: np.ndarray  # (sigmas,) steps to the level; NaN: never within the run
     l1_exponent: float  # k in steps ∝ λ^-k between the two smallest λ that reach the level
     sigma_exponent: float  # k in steps ∝ σ^-k between the two smallest σ that reach the level
+    l1_seed_exponents: np.ndarray  # (seeds,) l1_exponent from each seed alone, same two λ
+    l1_resolution: float  # how far the record grid alone can move l1_exponent
 
 
 def rate_exponents(sweep, level):
     """Steps until the mean ‖W_i‖₄⁴ reaches ``level`` at each λ and σ of the strength sweep, and
-    on each side the local exponent k (steps ∝ value^-k) where the push is weakest."""
+    on each side the local exponent k (steps ∝ value^-k) where the push is weakest; on the l1
+    side also each seed's own k between the same two λ (NaN where a seed misses the level), and
+    the exponent's resolution: a crossing lies between two records, so each time is known only
+    to a factor of the record grid's step there."""
     l1_steps = side_times(sweep.steps, sweep.l1, level)
     sigma_steps = side_times(sweep.steps, sweep.noise, level)
+    l1_exponent = local_exponent(sweep.l1.values, l1_steps)  # refuses fewer than two λ
+    pair = np.flatnonzero(np.isfinite(l1_steps))[:2]  # the two smallest λ that reach the level
+    values = sweep.l1.values[pair]
+    seed_steps = np.array(  # (seeds, 2)
+        [
+            [time_to_level(sweep.steps, sweep.l1.fourth[:, k, s], level) for k in pair]
+            for s in range(sweep.l1.fourth.shape[2])
+        ]
+    )
+    seed_exponents = -np.log(seed_steps[:, 1] / seed_steps[:, 0]) / np.log(values[1] / values[0])
+    # the record step at each crossing, as a log-ratio (2,); unbounded at the first record
+    at = np.searchsorted(sweep.steps, l1_steps[pair])
+    before = sweep.steps[np.maximum(at - 1, 0)]
+    grid = np.where(before > 0, np.log(sweep.steps[at] / np.maximum(before, 1)), np.inf)
     return RateExponents(
         level=level,
         l1s=sweep.l1.values,
         l1_steps=l1_steps,
         sigmas=sweep.noise.values,
         sigma_steps=sigma_steps,
-        l1_exponent=local_exponent(sweep.l1.values, l1_steps),
+        l1_exponent=l1_exponent,
         sigma_exponent=local_exponent(sweep.noise.values, sigma_steps),
+        l1_seed_exponents=seed_exponents,
+        l1_resolution=float(grid.sum() / np.log(values[1] / values[0])),
     )
 
 

@@ -16,6 +16,7 @@ where the text's analysis does not apply, whose ``outside_regime`` says why: its
 computed and shown, but it counts neither as reproduced nor as failed. A row's labels are
 decided from sizes and settings, never from its own measured value
 (``tests/test_ledger_labels.py`` enforces it).
+``seed_tolerance(per_seed)`` is a tolerance from the runs' own seed spread (a t-interval).
 ``ledger.correction(id, source, text, fix)`` notes a slip in the text that the chapter repairs
 (a wrong factor, bound or symbol). ``ledger.save()`` writes ``<build>/claims/<chapter>.json``
 (a list of objects with id, claim, source, expected, measured, tolerance, compare, passed,

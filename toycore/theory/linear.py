@@ -121,22 +121,20 @@ def solve_critical_point(sigma, A, B):
     """A zero of the gradient (19) near (A, B), with no knowledge of Σ's eigenvectors:
     Levenberg-Marquardt on the gradient as a residual, in float64. Returns (A, B) as found;
     the caller checks the gradient, since a zero is not guaranteed."""
-    sigma = sigma.double().numpy()
-    shape_A, shape_B = A.shape, B.shape
+    sigma = sigma.double()
 
     def unpack(flat):
-        return flat[: A.numel()].reshape(shape_A), flat[A.numel() :].reshape(shape_B)
+        flat = torch.from_numpy(flat)
+        return flat[: A.numel()].reshape(A.shape), flat[A.numel() :].reshape(B.shape)
 
     def gradient(flat):
-        a, b = unpack(flat)
-        residual = sigma - a @ b @ sigma
-        return np.concatenate([(-2 * residual @ b.T).ravel(), (-2 * a.T @ residual).ravel()])
+        return torch.cat([g.reshape(-1) for g in linear_gradients(*unpack(flat), sigma)]).numpy()
 
-    start = np.concatenate([A.double().numpy().ravel(), B.double().numpy().ravel()])
+    start = torch.cat([A.double().reshape(-1), B.double().reshape(-1)]).numpy()
     found = least_squares(
         gradient, start, method="lm", xtol=1e-15, ftol=1e-15, gtol=1e-15, max_nfev=2000
     )
-    return tuple(torch.from_numpy(part.copy()) for part in unpack(found.x))
+    return tuple(part.clone() for part in unpack(found.x))
 
 
 def projection_index_set(eigenvectors, P):

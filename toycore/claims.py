@@ -29,6 +29,8 @@ import html
 import json
 import math
 
+import numpy as np
+
 from .paths import build_dir
 from .profiles import resolve_profile
 
@@ -54,14 +56,12 @@ def seed_tolerance(per_seed, confidence=0.95):
     with fewer than two values, whose spread is unknown."""
     from scipy import stats
 
-    values = [float(v) for v in per_seed if not math.isnan(float(v))]
+    values = np.asarray(per_seed, dtype=float)
+    values = values[~np.isnan(values)]
     if len(values) < 2:
         return math.inf
-    mean = sum(values) / len(values)
-    deviation = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
-    return float(
-        stats.t.ppf((1 + confidence) / 2, len(values) - 1) * deviation / len(values) ** 0.5
-    )
+    half = stats.t.ppf((1 + confidence) / 2, len(values) - 1) / len(values) ** 0.5
+    return float(half * values.std(ddof=1))
 
 
 class Ledger:

@@ -246,20 +246,6 @@ def click_run_all(page):
     page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Run All Cells$")).click()
 
 
-def run_all(page, timeout_s):
-    """Run All Cells, then wait until no cell is queued or running and the kernel is idle: the
-    seconds taken."""
-    click_run_all(page)
-    start = time.perf_counter()
-    page.wait_for_function(f"() => {PROMPTS}.some(text => text.includes('*'))", timeout=30_000)
-    page.wait_for_function(
-        f"() => !{PROMPTS}.some(text => text.includes('*')) && {KERNEL_IDLE}",
-        timeout=timeout_s * 1000,
-        polling=1000,
-    )
-    return time.perf_counter() - start
-
-
 def open_notebook(page):
     """The notebook as the reader's JupyterLab holds it, outputs included (nbformat JSON)."""
     return page.evaluate(f"() => {PANEL}.content.model.toJSON()")
@@ -291,7 +277,7 @@ class Running:
 
     def poll(self):
         """The seconds Run All took once no cell is queued or running and the kernel is idle
-        (None before), as ``run_all`` waits for it."""
+        (None before)."""
         elapsed = time.perf_counter() - self.start
         if self.page.evaluate(f"() => {PROMPTS}.some(text => text.includes('*'))"):
             self.started = True
@@ -380,8 +366,10 @@ def test_moving_a_live_explorers_control_and_pressing_run_changes_its_figure(
     if f"{EXPLORER_CHAPTER} page" in chapters_run:
         context, page = chapters_run.pop(f"{EXPLORER_CHAPTER} page")
     else:
-        context, page = open_chapter(browser, server, EXPLORER_CHAPTER)
-        run_all(page, RUN_ALL_TIMEOUT_S)
+        chapter = Running(browser, server, EXPLORER_CHAPTER)
+        while chapter.poll() is None:
+            time.sleep(0.5)
+        context, page = chapter.context, chapter.page
     try:
         explorer = (
             page.locator(".jp-OutputArea-output")

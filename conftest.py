@@ -21,9 +21,10 @@ PHASES = {
     "test_binder": "Binder: its environment, postBuild, Run All in JupyterLab",
     "test_book_build": "the built book's pages and the build's failures",
     "test_browser": "the pages in Chromium",
+    "test_in_page": "the in-page widgets against toycore, in Chromium",
     "test_install": "the wheel installed into a fresh venv",
 }
-HEAVY = {"test_binder", "test_install", "test_browser"}
+HEAVY = {"test_binder", "test_install", "test_browser", "test_in_page"}
 seconds = defaultdict(float)
 
 

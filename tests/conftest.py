@@ -1,11 +1,31 @@
 import fcntl
 import os
+import shutil
 import time
+from pathlib import Path
 
 import pytest
+from playwright.sync_api import sync_playwright
 
 from toycore import book, cache
 
+# The browser to drive: $TOYCORE_CHROMIUM, else the first Chromium on PATH (never one that
+# Playwright downloads).
+CHROMIUM = Path(
+    os.environ.get("TOYCORE_CHROMIUM")
+    or shutil.which("chromium")
+    or shutil.which("chromium-browser")
+    or "/usr/bin/chromium"
+)
+# Without the networking flags Chromium itself calls out to Google at start (refused here).
+CHROMIUM_ARGS = [
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-quic",
+    "--no-first-run",
+]
 build_seconds = []  # the book build's time, until the test whose setup built it reports it
 
 
@@ -40,3 +60,17 @@ def pytest_runtest_makereport(item, call):
     report = (yield).get_result()
     if call.when == "setup" and build_seconds:
         report.user_properties.append(("book_build_s", build_seconds.pop()))
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Chromium, headless, driven by Playwright."""
+    if not CHROMIUM.exists():
+        pytest.fail(
+            f"the browser test needs Chromium, not found at {CHROMIUM}: apt-get install "
+            "chromium, or set TOYCORE_CHROMIUM to a Chromium or Chrome executable"
+        )
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()

@@ -45,7 +45,6 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
-from test_browser import browser  # noqa: F401 (the browser tests' Chromium, as a fixture)
 
 from toycore import book, cache
 from toycore.paths import REPO_ROOT

@@ -8,37 +8,20 @@ script may throw. A screenshot of each page is saved under _build/screenshots/.
 
 import functools
 import http.server
-import os
 import re
-import shutil
 import threading
 from pathlib import Path
 from urllib.parse import urlsplit
 
+import numpy as np
 import pytest
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
-from playwright.sync_api import sync_playwright
 
 from toycore import book
+from toycore.experiments import relu as ex
 from toycore.paths import REPO_ROOT
+from toycore.theory import persian_rug as rug
 
-# The browser to drive: $TOYCORE_CHROMIUM, else the first Chromium on PATH (never one that
-# Playwright downloads).
-CHROMIUM = Path(
-    os.environ.get("TOYCORE_CHROMIUM")
-    or shutil.which("chromium")
-    or shutil.which("chromium-browser")
-    or "/usr/bin/chromium"
-)
-# Without the networking flags Chromium itself calls out to Google at start (refused here).
-CHROMIUM_ARGS = [
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--disable-quic",
-    "--no-first-run",
-]
 SCREENSHOTS = REPO_ROOT / "_build" / "screenshots"
 CHAPTER_PAGES = [f"chapters/{notebook.stem}" for notebook in book.chapters()]
 PAGES = ["intro", "findings"] + CHAPTER_PAGES + ["reproducing"]
@@ -64,19 +47,6 @@ def site(built, request):
     yield f"http://127.0.0.1:{server.server_port}"
     server.shutdown()
     server.server_close()
-
-
-@pytest.fixture(scope="module")
-def browser():
-    if not CHROMIUM.exists():
-        pytest.fail(
-            f"the browser test needs Chromium, not found at {CHROMIUM}: apt-get install "
-            "chromium, or set TOYCORE_CHROMIUM to a Chromium or Chrome executable"
-        )
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        yield browser
-        browser.close()
 
 
 class OfflinePage:
@@ -251,3 +221,67 @@ def test_each_precomputed_slider_changes_the_figure(pages, name):
             assert after.startswith("blob:") and after != before, (
                 f"{name}: slider {index} did not change the figure ({before} -> {after})"
             )
+
+
+def in_page_widget(page, kind):
+    """The page's one in-page widget of ``kind``, scrolled into view."""
+    widget = page.locator(f'.toycore-inpage[data-kind="{kind}"]')
+    assert widget.count() == 1, f"{widget.count()} in-page widgets of kind {kind!r}"
+    widget.scroll_into_view_if_needed()
+    return widget
+
+
+def set_controls(widget, **values):
+    """Set controls by name, as a reader's drag ends: an input event, then a change event."""
+    for name, value in values.items():
+        widget.locator(f'[name="{name}"]').evaluate(
+            "(control, value) => { control.value = value;"
+            "  for (const kind of ['input', 'change']) control.dispatchEvent(new Event(kind)); }",
+            str(value),
+        )
+
+
+def pictures(widget):
+    return widget.evaluate("root => [...root.querySelectorAll('canvas')].map(c => c.toDataURL())")
+
+
+def train_in_page(page, widget, **values):
+    """Set the controls, press Train and wait for the last step: the page's trained model."""
+    set_controls(widget, **values)
+    widget.locator("button", has_text="Train").click()
+    page.wait_for_function(
+        "root => root.toycore.state === 'done'", arg=widget.element_handle(), timeout=60_000
+    )
+    return widget.evaluate("root => root.toycore")
+
+
+def test_chapter_2_trains_the_pentagon_and_the_orthogonal_pair_in_the_page(pages):
+    page = pages["chapters/02_relu_output_model"]
+    widget = in_page_widget(page.page, "relu")
+    before = pictures(widget)
+    # the introductory figure's sparsest panel, and its dense one (Elhage et al.)
+    sparse = train_in_page(page.page, widget, n=5, m=2, S=0.95, decay=0.9, seed=0)
+    after = pictures(widget)
+    assert all(a != b for a, b in zip(before, after)), "training left a picture unchanged"
+    W = np.array(sparse["W"]).reshape(2, 5)
+    norms = np.linalg.norm(W, axis=0)
+    assert ex.planar_shape(W) == "pentagon", f"not a pentagon: |W_i| {norms}, W {W}"
+    assert np.abs(norms - 1).max() < 0.2
+    dense = train_in_page(page.page, widget, S=0)
+    assert ex.planar_shape(np.array(dense["W"]).reshape(2, 5)) == "orthogonal pair"
+    again = train_in_page(page.page, widget, S=0.95)
+    assert again["W"] == sparse["W"], "the same seed and settings must give the same model"
+    assert page.errors == [], f"uncaught errors in the page: {page.errors}"
+
+
+def test_chapter_5_builds_the_notebooks_rug_in_the_page(pages):
+    page = pages["chapters/05_persian_rug"]
+    widget = in_page_widget(page.page, "rug")
+    before = pictures(widget)
+    set_controls(widget, ns=64, ratio=0.5, seed=3)
+    built = widget.evaluate("root => root.toycore")
+    assert all(a != b for a, b in zip(before, pictures(widget))), "a picture did not change"
+    W_in, _, rows = rug.persian_rug(64, 32, 3)
+    assert (built["ns"], built["nd"], built["rows"]) == (64, 32, rows.tolist())
+    assert np.array_equal(np.array(built["Win"]).reshape(32, 64), W_in)
+    assert page.errors == [], f"uncaught errors in the page: {page.errors}"

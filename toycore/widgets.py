@@ -1,4 +1,4 @@
-"""The book's two kinds of explorer.
+"""The book's three kinds of explorer.
 
 - ``precomputed_explorer``: every figure is rendered when the notebook runs; sliders are
   ``jslink``ed to a ``Stack`` of images, so the explorer works in the static HTML with no kernel.
@@ -7,10 +7,15 @@
   (nbclient) executes a cell that displays into an ``Output`` widget it sends widget state back
   to the kernel on the channel it is polling for the cell's reply, and now and then never sees
   the reply (jupyter/nbclient#312): chapter 5's build hung on such a cell in two runs of six.
+- ``in_page``: a model built or trained by the page itself, in JavaScript (``inpage.js``), with
+  no kernel: it works in the static HTML, opened from disk, and in JupyterLab.
 """
 
+import html
 import inspect
 import itertools
+import json
+from pathlib import Path
 
 import ipywidgets as widgets
 from matplotlib.figure import Figure
@@ -98,3 +103,51 @@ def live_explorer(function, **controls):
     run()
     row = widgets.HBox([*inputs.values(), button], layout=widgets.Layout(flex_flow="row wrap"))
     return widgets.VBox([row, image])
+
+
+# The in-page widgets' code, one small file of the package.
+IN_PAGE_SCRIPT = Path(__file__).with_name("inpage.js")
+IN_PAGE_KINDS = ("relu", "rug")
+
+
+class InPage:
+    """An in-page widget: a <div> with its settings, then ``inpage.js`` inline, which builds the
+    controls and pictures into it. Inline, not a file beside the page, so that the same output
+    works in the static book (opened from disk too) and in JupyterLab."""
+
+    def __init__(self, kind, settings):
+        if kind not in IN_PAGE_KINDS:
+            raise ValueError(f"in-page widgets are {IN_PAGE_KINDS}; got {kind!r}")
+        self.kind, self.settings = kind, json.loads(json.dumps(settings))  # fails if not JSON
+
+    def _repr_html_(self):
+        script = IN_PAGE_SCRIPT.read_text()
+        if "</script" in script.lower():
+            raise ValueError(f"{IN_PAGE_SCRIPT.name} must not contain '</script'")
+        return (
+            f'<div class="toycore-inpage" data-kind="{self.kind}" '
+            f'data-settings="{html.escape(json.dumps(self.settings))}">'
+            "<p>This widget runs in the page's JavaScript, which has not run here.</p></div>"
+            f"<script>{script}</script>"
+        )
+
+
+def relu_trainer(*, n, m, S, decay, seed, lr, steps, batch):
+    """The ReLU output model trained in the page: controls n (up to 20), m (up to 5), S, decay and
+    seed start at these values; AdamW with ``lr``, ``steps`` and ``batch`` as the chapter's."""
+    if not (2 <= n <= 20 and 1 <= m <= 5 and 0 <= S < 1 and 0.5 <= decay <= 1):
+        raise ValueError(
+            f"the page trains 2 <= n <= 20, 1 <= m <= 5, 0 <= S < 1, decay in "
+            f"[0.5, 1]; got n={n}, m={m}, S={S}, decay={decay}"
+        )
+    return InPage(
+        "relu", dict(n=n, m=m, S=S, decay=decay, seed=seed, lr=lr, steps=steps, batch=batch)
+    )
+
+
+def rug_builder(*, features, ns, ratio, seed):
+    """The Persian rug built in the page for ns in ``features`` (powers of 2), a ratio nd/ns and
+    a seed: the same rows, so the same rug, as ``toycore.theory.persian_rug.persian_rug``."""
+    if ns not in features or any(f & (f - 1) for f in features):
+        raise ValueError(f"ns must be one of the powers of 2 in {features}; got {ns}")
+    return InPage("rug", dict(features=list(features), ns=ns, ratio=ratio, seed=seed))

@@ -313,22 +313,3 @@ def explorer_frame(W, b, curve, density, ratio, rug_value, nu, nu_mean, nu_sd):
     cx.legend(fontsize=7)
     fig.suptitle(f"p = {density:g}, nd/ns = {ratio:g}", fontsize=10)
     return fig
-
-
-def live_rug(features=256, ratio=0.16, seed=0):
-    """The live explorer: a rug for chosen ns, nd = max(1, ⌊ns · ratio⌋) and seed, and its
-    off-diagonal entries."""
-    hidden = max(1, int(features * ratio))
-    W_in, W_out, _ = th.persian_rug(features, hidden, seed)
-    R = W_out @ W_in
-    fig, (ax, bx) = figure(2, width=3.8, height=3.4)
-    _matrix(ax, R, title=f"R, ns = {features}, nd = {hidden}, seed {seed}")
-    off = R[~np.eye(features, dtype=bool)]
-    bx.hist(off, bins=50, color="C0")
-    bx.set(
-        yscale="log",
-        xlabel="R_ij, i ≠ j",
-        title=f"{len(np.unique(np.round(off, 12)))} "
-        f"distinct values; Σ_j≠i R_ij² = {(off**2).sum() / features:.3g}",
-    )
-    return fig

@@ -173,9 +173,15 @@ def test_every_widget_view_renders(pages, name):
     page = pages[name].page
     views = page.locator('script[type="application/vnd.jupyter.widget-view+json"]').count()
     areas = page.locator(".widget-subarea")
-    assert views >= 2 and areas.count() == views, (
+    assert views >= 1 and areas.count() == views, (
         f"{name}: {areas.count()} of {views} views rendered"
     )
+    in_page = page.locator(".toycore-inpage")  # widgets the page's own script builds
+    assert views + in_page.count() >= 2, f"{name}: too few explorers"
+    for widget in in_page.all():
+        assert widget.get_attribute("data-mounted") == "true", f"{name}: {widget} not built"
+        pictures = widget.locator("canvas").all()
+        assert pictures and all(p.bounding_box()["height"] > 100 for p in pictures)
     for index in range(views):
         area = areas.nth(index)
         box = area.bounding_box()

@@ -1,3 +1,6 @@
+import html
+import json
+import re
 import struct
 
 import ipywidgets as widgets
@@ -6,7 +9,13 @@ from ipywidgets.widgets.widget import _instances
 from ipywidgets.widgets.widget_link import Link
 
 from toycore.plots import PIXEL_RATIO, figure, to_png
-from toycore.widgets import live_explorer, precomputed_explorer
+from toycore.widgets import (
+    IN_PAGE_SCRIPT,
+    live_explorer,
+    precomputed_explorer,
+    relu_trainer,
+    rug_builder,
+)
 
 
 def _render(**values):
@@ -90,3 +99,20 @@ def test_glue_records_what_myst_nbs_glue_records_without_needing_myst_nb(monkeyp
         assert shown[-1] == shown[-2]
     plots.glue(x=np.float64(0.5))  # NumPy scalars are recorded as Python numbers
     assert shown[-1][0][0] == {plots.GLUE_PREFIX + "text/plain": "0.5"}
+
+
+def test_in_page_widgets_refuse_bad_settings_before_any_work():
+    with pytest.raises(ValueError, match="n=30"):
+        relu_trainer(n=30, m=2, S=0.9, decay=0.9, seed=0, lr=1e-2, steps=10, batch=8)
+    with pytest.raises(ValueError, match="powers of 2"):
+        rug_builder(features=[64, 100], ns=64, ratio=0.1, seed=0)
+    with pytest.raises(ValueError, match="one of"):
+        rug_builder(features=[64, 128], ns=256, ratio=0.1, seed=0)
+
+
+def test_an_in_page_widget_is_its_settings_then_the_script():
+    page = rug_builder(features=[64, 128], ns=64, ratio=0.5, seed=1)._repr_html_()
+    found = re.search(r'data-kind="rug" data-settings="([^"]*)"', page)
+    settings = json.loads(html.unescape(found.group(1)))
+    assert settings == dict(features=[64, 128], ns=64, ratio=0.5, seed=1)
+    assert page.index(found.group(0)) < page.index(f"<script>{IN_PAGE_SCRIPT.read_text()}</script>")

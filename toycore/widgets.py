@@ -115,10 +115,11 @@ class InPage:
     controls and pictures into it. Inline, not a file beside the page, so that the same output
     works in the static book (opened from disk too) and in JupyterLab."""
 
-    def __init__(self, kind, settings):
+    def __init__(self, kind, settings, elsewhere):
         if kind not in IN_PAGE_KINDS:
             raise ValueError(f"in-page widgets are {IN_PAGE_KINDS}; got {kind!r}")
         self.kind, self.settings = kind, json.loads(json.dumps(settings))  # fails if not JSON
+        self.elsewhere = elsewhere  # what a reader whose page runs no script can use instead
 
     def _repr_html_(self):
         script = IN_PAGE_SCRIPT.read_text()
@@ -127,7 +128,8 @@ class InPage:
         return (
             f'<div class="toycore-inpage" data-kind="{self.kind}" '
             f'data-settings="{html.escape(json.dumps(self.settings))}">'
-            "<p>This widget runs in the page's JavaScript, which has not run here.</p></div>"
+            "<p>This widget runs in the page's own JavaScript, which has not run here (the "
+            f"HTML book runs it). {html.escape(self.elsewhere)}</p></div>"
             f"<script>{script}</script>"
         )
 
@@ -140,9 +142,8 @@ def relu_trainer(*, n, m, S, decay, seed, lr, steps, batch):
             f"the page trains 2 <= n <= 20, 1 <= m <= 5, 0 <= S < 1, decay in "
             f"[0.5, 1]; got n={n}, m={m}, S={S}, decay={decay}"
         )
-    return InPage(
-        "relu", dict(n=n, m=m, S=S, decay=decay, seed=seed, lr=lr, steps=steps, batch=batch)
-    )
+    settings = dict(n=n, m=m, S=S, decay=decay, seed=seed, lr=lr, steps=steps, batch=batch)
+    return InPage("relu", settings, "With a kernel, the live explorer below trains the model.")
 
 
 def rug_builder(*, features, ns, ratio, seed):
@@ -150,4 +151,5 @@ def rug_builder(*, features, ns, ratio, seed):
     a seed: the same rows, so the same rug, as ``toycore.theory.persian_rug.persian_rug``."""
     if ns not in features or any(f & (f - 1) for f in features):
         raise ValueError(f"ns must be one of the powers of 2 in {features}; got {ns}")
-    return InPage("rug", dict(features=list(features), ns=ns, ratio=ratio, seed=seed))
+    elsewhere = "With a kernel, plots.rug(W_out @ W_in) of th.persian_rug(ns, nd, seed) draws it."
+    return InPage("rug", dict(features=list(features), ns=ns, ratio=ratio, seed=seed), elsewhere)

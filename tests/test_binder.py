@@ -245,6 +245,11 @@ def click_run_all(page):
     page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Run All Cells$")).click()
 
 
+# The in-page widgets (toycore.widgets.in_page) in the page, and those their script built.
+IN_PAGE_WIDGETS = """() => [document.querySelectorAll('.toycore-inpage').length,
+                          document.querySelectorAll('.toycore-inpage[data-mounted]').length]"""
+
+
 def open_notebook(page):
     """The notebook as the reader's JupyterLab holds it, outputs included (nbformat JSON)."""
     return page.evaluate(f"() => {PANEL}.content.model.toJSON()")
@@ -291,9 +296,9 @@ class Running:
 @pytest.fixture(scope="module")
 def chapters_run(browser, server):
     """Every chapter run with Run All in JupyterLab, AT_ONCE at a time: {name: (seconds, kernel
-    peak memory, the notebook with its outputs) or the exception that stopped it}. The explorer
-    chapter's page stays open, its kernel running, as ``chapters_run[EXPLORER_CHAPTER + ' page']``
-    = (context, page)."""
+    peak memory, the notebook with its outputs, [in-page widgets, those built]) or the exception
+    that stopped it}. The explorer chapter's page stays open, its kernel running, as
+    ``chapters_run[EXPLORER_CHAPTER + ' page']`` = (context, page)."""
     outcomes, waiting, running = {}, sorted(CHAPTERS, reverse=True), []
     while waiting or running:
         while waiting and len(running) < AT_ONCE:
@@ -311,6 +316,7 @@ def chapters_run(browser, server):
                     seconds,
                     peak_memory(chapter.pid),
                     open_notebook(chapter.page),
+                    chapter.page.evaluate(IN_PAGE_WIDGETS),
                 )
             except Exception as error:  # noqa: BLE001 (reported by that chapter's test)
                 outcomes[chapter.name] = error
@@ -334,7 +340,7 @@ def test_a_chapter_runs_all_cells_in_jupyterlab_with_no_error_within_binders_mem
 ):
     if isinstance(chapters_run[name], Exception):
         raise chapters_run[name]
-    seconds, peak, notebook = chapters_run[name]
+    seconds, peak, notebook, _ = chapters_run[name]
     record(name, run_all_s=round(seconds, 1), kernel_peak_mib=round(peak / 2**20))
     log(f"binder: {name}: Run All in {seconds:.0f} s, kernel peak memory {peak / 2**20:.0f} MiB")
     code = [cell for cell in notebook["cells"] if cell["cell_type"] == "code"]
@@ -348,6 +354,15 @@ def test_a_chapter_runs_all_cells_in_jupyterlab_with_no_error_within_binders_mem
     not_run = [index for index, cell in enumerate(code) if cell["execution_count"] is None]
     assert not_run == [], f"{name}: code cells that did not run: {not_run}"
     assert peak < BINDER_MEMORY_LIMIT, f"{name}: the kernel peaked at {peak / 2**30:.2f} GiB"
+
+
+def test_the_in_page_widgets_build_themselves_in_jupyterlab_too(chapters_run):
+    outcomes = {name: chapters_run[name] for name in CHAPTERS}
+    failed = [name for name, outcome in outcomes.items() if isinstance(outcome, Exception)]
+    counts = {name: outcome[3] for name, outcome in outcomes.items() if name not in failed}
+    assert sum(found for found, _ in counts.values()) >= 2, f"in-page widgets found: {counts}"
+    unbuilt = {name: (found, built) for name, (found, built) in counts.items() if built != found}
+    assert unbuilt == {}, f"(widgets, built) where JupyterLab did not run their script: {unbuilt}"
 
 
 def figure_digest(image):

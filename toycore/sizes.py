@@ -75,6 +75,8 @@ RELU = dict(
         lr=1e-2,
         # 1 - S of the n=5, m=2 pictures, with the 0.2 and 0.1 of Elhage et al.'s figure
         classic_density=[1.0, 0.2, 0.1, 0.05],
+        # seeds at the introductory figure's three sparsities, for the share that finds its shape
+        figure_seeds=range(4),
         # the sweep over sparsity: importance decay^i, 1 - S from dense to sparse
         wide=dict(n=12, m=3, decay=0.7, density=[1.0, 0.1, 0.003], steps=3000),
         # learned directions against the best of `restarts` packings, per (n, m) in shapes
@@ -87,6 +89,7 @@ RELU = dict(
         steps=5000,
         lr=3e-3,
         classic_density=sorted({*map(float, 20 ** -np.linspace(0, 1, 7)), 0.2, 0.1}, reverse=True),
+        figure_seeds=range(16),
         wide=dict(n=20, m=5, decay=0.7, steps=5000, density=[1, 0.3, 0.1, 0.03, 0.01, 0.003]),
         packing=dict(shapes=[(5, 2), (7, 3), (8, 3), (10, 3)], S=0.95, restarts=64, steps=2000),
         samples=16384,
@@ -97,6 +100,8 @@ RELU = dict(
         steps=10000,
         lr=1e-3,
         classic_density=sorted({*map(float, 20 ** -np.linspace(0, 1, 10)), 0.2, 0.1}, reverse=True),
+        # eight seeds put the share at S = 0.9 at 0.5, 0.75, 0.375 or 0.75 by which eight
+        figure_seeds=range(32),
         wide=dict(
             n=20, m=5, decay=0.7, density=[1, 0.3, 0.1, 0.03, 0.01, 0.003, 0.001], steps=10000
         ),

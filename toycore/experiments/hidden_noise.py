@@ -723,9 +723,11 @@ def l1_and_noise(features, hidden, seeds, l1, sigma, *, steps, lr):
     )
 
 
+@cached
 def train_one(features, hidden, kind, sigma, steps, seed=0, lr=0.02):
     """One small noisy model for the live explorer: the steps, each encoding's fourth norm over
-    time (records, n) and the final W (n, m)."""
+    time (records, n) and the final W (n, m). Cached, so that the explorer's first picture, drawn
+    in every execution of the chapter, and any setting tried before are read back."""
     model = TiedBasisAutoencoder(features, hidden, [seed], noise=kind, sigma=sigma)
     steps_at, fourth, _, W = _run(model, steps=steps, lr=lr, records=100, desc=f"{kind} σ={sigma}")
     return steps_at, fourth[:, 0], W[0]

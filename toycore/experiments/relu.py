@@ -132,20 +132,18 @@ def _evaluation_losses(sweep, samples, seed):
 
 
 def _loss_estimate(sweep, samples, chunks, seed):
-    """Each model's loss on ``chunks`` x ``samples`` fresh inputs, drawn a chunk at a time, and
-    the standard error of that mean: two (instances,) tensors."""
+    """Each model's mean loss on ``chunks`` x ``samples`` fresh inputs, drawn a chunk at a time:
+    (instances,)."""
     W, b, importance, S = _flat(sweep)
     data = SparseUniform(
         [seed] * len(S), sweep.features, S.tolist(), device="cpu", dtype=DTYPE, purpose="evaluation"
     )
-    total = square = 0.0
+    total = 0.0
     for _ in range(chunks):
-        losses = toy_sample_loss(W, b, importance, data.sample(samples), sweep.output)
-        total, square = total + losses.sum(-1), square + losses.square().sum(-1)
-    count = chunks * samples
-    mean = total / count
-    variance = (square - count * mean.square()) / (count - 1)
-    return mean, (variance.clamp(min=0) / count).sqrt()
+        total = total + toy_sample_loss(W, b, importance, data.sample(samples), sweep.output).sum(
+            -1
+        )
+    return total / (chunks * samples)
 
 
 def evaluation_loss(sweep, samples, seed=0):
@@ -164,9 +162,8 @@ def _patterns(features, active, samples, g):
 
 
 # The direct estimate of L in the expansion's check draws this many times its samples per k. At
-# sparse S the few inputs with two or more active features carry most of that estimate's
-# variance; with as many draws as one L_k has, its standard error, measured from those few, was
-# itself so noisy that one Monte Carlo seed in five put a model 5.6 standard errors off.
+# sparse S the few inputs with two or more active features carry most of its variance, and a
+# plain mean over them is far from normal unless they are many.
 DIRECT_DRAWS = 16
 
 
@@ -192,29 +189,37 @@ def pattern_expansion(sweep, samples, seed=0):
 
     L_k = C(n, k) E[loss | k given features active], by Monte Carlo with ``samples`` inputs per k
     (the same inputs for every model); L_0 and L_1 also exactly. L is estimated directly from
-    ``DIRECT_DRAWS`` x ``samples`` draws of the data. Returns per model (sparsities, seeds, ...)
-    arrays: the weighted terms (1-S)^k S^(n-k) L_k (..., n+1), the expansion's sum and the direct
-    estimate with standard errors, and the exact L_0 and L_1 next to their estimates.
+    ``DIRECT_DRAWS`` x ``samples`` draws of the data. That estimate's standard error is
+    sqrt(Var(loss) / draws), with E[loss^2] = Σ_k (1-S)^k S^(n-k) C(n, k) E[loss^2 | k] from the
+    patterns' samples: measured on the direct draws themselves it rests, at sparse S, on the
+    few draws with two or more active features, and is as noisy as they are (it put one model
+    of 56, at paper size, 5.6 standard errors off at one Monte Carlo seed in five).
+    Returns per model (sparsities, seeds, ...) arrays: the weighted terms (1-S)^k S^(n-k) L_k
+    (..., n+1), the expansion's sum and the direct estimate with standard errors, and the exact
+    L_0 and L_1 next to their estimates.
     """
     check_size("samples", samples, minimum=2)
     W, b, importance, S = _flat(sweep)
     n, instances = sweep.features, len(S)
     g = generator(seed, "patterns")
-    estimate, error = (
-        torch.zeros(instances, n + 1, dtype=DTYPE),
-        torch.zeros(instances, n + 1, dtype=DTYPE),
-    )
+    # per model and k: C(n, k) E[loss | k active], its standard error, and C(n, k) E[loss^2 | k]
+    estimate, error, second = (torch.zeros(instances, n + 1, dtype=DTYPE) for _ in range(3))
     counts = th.pattern_counts(n)
     for k in range(n + 1):
         x = _patterns(n, k, samples, g).expand(instances, samples, n)
-        losses = toy_sample_loss(W, b, importance, x, sweep.output) * counts[k]
-        estimate[:, k], error[:, k] = losses.mean(-1), losses.std(-1) / samples**0.5
+        losses = toy_sample_loss(W, b, importance, x, sweep.output)
+        estimate[:, k] = losses.mean(-1) * counts[k]
+        error[:, k] = losses.std(-1) * counts[k] / samples**0.5
+        second[:, k] = losses.square().mean(-1) * counts[k]
     weights = th.pattern_weights(n, S)
-    direct, direct_error = _loss_estimate(sweep, samples, DIRECT_DRAWS, seed + 1)
+    expansion = (weights * estimate).sum(-1)
+    direct = _loss_estimate(sweep, samples, DIRECT_DRAWS, seed + 1)
+    variance = ((weights * second).sum(-1) - expansion.square()).clamp(min=0)
+    direct_error = (variance / (DIRECT_DRAWS * samples)).sqrt()
     benefit, interference = th.one_sparse_terms(W, b, importance)
     return PatternExpansion(
         terms=_grid(sweep, weights * estimate),
-        expansion=_grid(sweep, (weights * estimate).sum(-1)),
+        expansion=_grid(sweep, expansion),
         expansion_error=_grid(sweep, (weights * error).square().sum(-1).sqrt()),
         direct=_grid(sweep, direct),
         direct_error=_grid(sweep, direct_error),

@@ -326,10 +326,15 @@
   }
 
   // ‖W_i‖ per feature against the 0.5 threshold of "represented" (hidden > 2).
+  // ‖W_i‖ for each feature i: (features,)
+  function featureNorms({ n, m, W }) {
+    return Array.from({ length: n }, (_, i) => Math.hypot(...Array.from({ length: m }, (_, k) => W[k * n + i])));
+  }
+
   function drawNorms(context, trainer, title) {
     clear(context, title);
-    const { n, m, W } = trainer;
-    const norms = Array.from({ length: n }, (_, i) => Math.hypot(...Array.from({ length: m }, (_, k) => W[k * n + i])));
+    const { n } = trainer;
+    const norms = featureNorms(trainer);
     const top = Math.max(1.2, ...norms);
     const [x0, y0, w, h] = [25, 25, 180, 195];
     context.fillStyle = "#1f77b4";
@@ -447,14 +452,17 @@
       const style = Object.assign(document.createElement("style"), { id: "toycore-inpage-style", textContent: STYLE });
       document.head.append(style);
     }
-    root.replaceChildren();
-    const [controlRow, pictureRow] = [controls, pictures].map(() => document.createElement("div"));
-    controlRow.className = "toycore-inpage-controls";
-    pictureRow.className = "toycore-inpage-pictures";
-    controlRow.append(...controls);
-    pictureRow.append(...pictures.map((context) => context.canvas));
+    const row = (className, children) => {
+      const div = Object.assign(document.createElement("div"), { className });
+      div.append(...children);
+      return div;
+    };
     readout.className = "toycore-inpage-readout";
-    root.append(controlRow, pictureRow, readout);
+    root.replaceChildren(
+      row("toycore-inpage-controls", controls),
+      row("toycore-inpage-pictures", pictures.map((context) => context.canvas)),
+      readout,
+    );
   }
 
   // The ReLU output model, trained in the page with the chapter's recipe (settings: lr, steps,
@@ -475,11 +483,7 @@
     root.toycore = widget;
 
     function draw(trainer, losses) {
-      const count = Array.from({ length: trainer.n }, (_, i) => {
-        let norm = 0;
-        for (let k = 0; k < trainer.m; k++) norm += trainer.W[k * trainer.n + i] ** 2;
-        return Math.sqrt(norm) > 0.5;
-      }).filter(Boolean).length;
+      const count = featureNorms(trainer).filter((norm) => norm > 0.5).length; // represented
       const title = `n=${trainer.n}, m=${trainer.m}, S=${widget.S}: ${count} represented`;
       (trainer.m === 2 ? drawArrows : drawNorms)(left, trainer, title);
       drawGram(middle, trainer);

@@ -29,11 +29,17 @@ ifeq ($(filter $(PROFILE),$(PROFILES)),)
 $(error Unknown PROFILE '$(PROFILE)': choose one of $(PROFILES))
 endif
 
+# pip would compile every module it installs, up front (half a minute on 2 cores, most of it
+# torch's); Python compiles only what a process imports, once, when it may write bytecode. So
+# install without compiling, and let make's commands write bytecode even where the machine's
+# environment says not to (PYTHONDONTWRITEBYTECODE; __pycache__ is ignored by git).
+export PYTHONDONTWRITEBYTECODE :=
+
 $(INSTALLED): requirements.txt pyproject.toml
 	@test -x $(PYTHON) || $(SYSTEM_PYTHON) -m venv $(VENV) || { echo "could not create $(VENV):" \
 		"install Python's venv module (Debian: apt-get install python3-venv)" >&2; exit 1; }
 	$(PYTHON) -m pip install --quiet --upgrade pip
-	$(PYTHON) -m pip install --quiet -r requirements.txt
+	$(PYTHON) -m pip install --quiet --no-compile -r requirements.txt
 	@touch $@
 
 book: $(INSTALLED)
@@ -80,7 +86,7 @@ test-system:
 # installs this pin too).
 JUPYTERLAB := jupyterlab==4.6.4
 lab: $(INSTALLED)
-	$(PYTHON) -m pip install --quiet $(JUPYTERLAB)
+	$(PYTHON) -m pip install --quiet --no-compile $(JUPYTERLAB)
 	$(VENV)/bin/jupyter lab chapters $(if $(filter 0,$(shell id -u)),--allow-root)
 
 benchmark: $(INSTALLED)

@@ -119,7 +119,9 @@ def binder(tmp_path_factory):
     environ = reader_environment(venv)
     seconds = run([sys.executable, "-m", "venv", str(venv)])
     seconds += run(
-        ["pip", "install", "--quiet", "-r", str(requirements), JUPYTERLAB],
+        # not compiled up front (pip's default, half a minute): Python compiles what the
+        # kernels import, once (make lets it write bytecode); Binder's image has it either way
+        ["pip", "install", "--quiet", "--no-compile", "-r", str(requirements), JUPYTERLAB],
         env={**environ, "PIP_RETRIES": "0"},
     )
     log(f"binder: requirements and {JUPYTERLAB} installed in {seconds:.0f} s")

@@ -3,7 +3,8 @@
 The built HTML is served from 127.0.0.1, and also opened straight from disk (file://); every
 request to any other host is refused, as for a reader offline. Each page must render its math
 and every widget view, each precomputed explorer's sliders must change the figure shown, and no
-script may throw. A screenshot of each page is saved under _build/screenshots/.
+script may throw. A screenshot of the top of each page (what a reader sees first; the whole
+of a chapter page costs seconds) is saved under _build/screenshots/.
 """
 
 import functools
@@ -106,7 +107,7 @@ def test_page_needs_nothing_from_outside_and_throws_nothing(pages, name):
     page = pages[name]
     if page.page.url.startswith("http"):
         SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-        page.page.screenshot(path=str(SCREENSHOTS / f"{Path(name).name}.png"), full_page=True)
+        page.page.screenshot(path=str(SCREENSHOTS / f"{Path(name).name}.png"))
     assert page.refused == [], f"{name}: requests left the machine: {page.refused}"
     assert page.errors == [], f"{name}: uncaught errors in the page: {page.errors}"
     assert page.unsettled is None, f"{name}: math or widgets never finished: {page.unsettled}"

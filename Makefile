@@ -49,9 +49,9 @@ book: $(INSTALLED)
 
 # Two test processes (TEST_PROCESSES), each file in one of them (--dist loadfile keeps a
 # chapter's cells together), sharing one result cache: each chapter is computed once per run.
-# Files go out in collection order (--no-loadscope-reorder; xdist would send the files with the
-# most tests first): the Binder test, few tests but minutes long, then starts at once, beside
-# the book build, instead of running alone at the end.
+# Files go out in the order conftest.py puts them, the longest first (--no-loadscope-reorder;
+# xdist would send the files with the most tests first): the Binder test, few tests but minutes
+# long, starts at once, beside the book build, and short files fill the end.
 # One torch thread per process: the ci profile's models are tiny, so a second thread buys
 # nothing, while two processes each spinning two threads on two cores slowed each other 3.5x.
 TEST_PROCESSES ?= 2

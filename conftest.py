@@ -28,9 +28,28 @@ HEAVY = {"test_binder", "test_install", "test_browser", "test_in_page"}
 seconds = defaultdict(float)
 
 
+# The order files go out to the test processes (see the Makefile): the longest first, so that
+# the two processes finish together instead of one running a long file alone at the end. Binder
+# and the book build (minutes each, side by side), the pages in Chromium, the chapters under
+# nbval (the last chapters are the longest), the wheel's fresh venv; then the rest as collected.
+LONGEST_FIRST = ["test_binder", "test_book_build", "test_browser", "chapters", "test_install"]
+
+
+def running_order(items):
+    paths = [Path(str(item.path)) for item in items]
+    chapters = sorted({path.stem for path in paths if path.suffix == ".ipynb"})
+    order = {}
+    for name in LONGEST_FIRST:
+        for stem in reversed(chapters) if name == "chapters" else [name]:
+            order[stem] = len(order)
+    return lambda item: order.get(Path(str(item.path)).stem, len(order))
+
+
 def pytest_collection_modifyitems(items):
     """Mark `book` what executes chapters, builds the book or installs an environment:
-    `make check` leaves it out."""
+    `make check` leaves it out. Then put the files in running order (a stable sort: each
+    file's tests keep theirs)."""
+    items.sort(key=running_order(items))
     for item in items:
         path = Path(str(item.path))
         if (

@@ -19,7 +19,9 @@ names, which must then hold ``torch==2.13.0+cpu``. ``TOYCORE_BINDER_OFFLINE=1`` 
 line instead, for a machine where even trying it is unwelcome. pip's download cache is left on,
 so a second run fetches nothing again. One thing differs from Binder on purpose: the copy's
 result cache is the test run's (``TOYCORE_CACHE``), which the book build test and nbval share,
-so that postBuild and Run All read what the run computed once instead of computing it again.
+so that Run All reads what the run computed once instead of computing it again, and postBuild,
+whose ``toycore.book`` finds there the book build's executed chapters (waiting for those still
+running), reuses them instead of executing them again (``toycore.book.run_chapter``).
 
 The profile is the tests' ``ci`` (postBuild honours ``TOYCORE_PROFILE``); for the profile a
 Binder reader gets, ``TOYCORE_BINDER_PROFILE=cpu .venv/bin/python -m pytest tests/test_binder.py``.

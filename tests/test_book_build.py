@@ -156,6 +156,33 @@ def test_a_kernel_that_dies_fails_the_build_naming_chapter_and_cell(tmp_path):
     assert statuses == ["completed", "completed", "failed", "pending"]
 
 
+def test_a_chapter_is_executed_again_only_when_something_it_reads_changed(tmp_path, monkeypatch):
+    monkeypatch.setenv("TOYCORE_CACHE", str(tmp_path / "cache"))
+    runs, claims = tmp_path / "runs.txt", tmp_path / "claims"
+    # the probe counts its executions and writes its ledger, as a chapter's kernel does
+    cell = (
+        f"from pathlib import Path\nwith open({str(runs)!r}, 'a') as f: f.write('x')\n"
+        f"Path({str(claims)!r}).mkdir(exist_ok=True)\n"
+        f"Path({str(claims / '_counting_probe.json')!r}).write_text('[]')"
+    )
+    notebook = probe_notebook(tmp_path / "_counting_probe.ipynb", "profile = None", cell)
+
+    def run(profile, output):
+        seconds = book.run_chapter(notebook, tmp_path / output, profile, "cpu", claims)
+        return seconds, runs.read_text().count("x"), (claims / "_counting_probe.json").read_text()
+
+    first = run("ci", "first.ipynb")
+    assert first[0] > 0 and first[1:] == (1, "[]")
+    (claims / "_counting_probe.json").unlink()  # a new build folder: no ledger yet
+    assert run("ci", "again.ipynb") == (None, 1, "[]")  # reused: executed once, ledger back
+    assert (tmp_path / "again.ipynb").read_bytes() == (tmp_path / "first.ipynb").read_bytes()
+    assert run("cpu", "cpu.ipynb")[1] == 2  # another profile: executed
+    probe_notebook(notebook, "profile = None", cell + "  # edited")
+    assert run("ci", "edited.ipynb")[1] == 3  # the notebook changed: executed
+    assert run("paper", "paper.ipynb")[1] == 4  # a paper build records its run: executed
+    assert run("paper", "paper.ipynb")[1] == 5
+
+
 # The probe notebook as the whole book, built by `python -m toycore.book` as a user would.
 BOOK_OF_ONE = """
 import sys

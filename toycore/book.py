@@ -13,7 +13,9 @@
    share of the cores as torch threads (one each on two cores: two processes with one thread
    each do not slow each other there, with two threads each they did, 3.5x); a chapter executing
    alone computes its own cells on every core.
-2. Expensive results go through ``toycore.cache``, so re-executing with nothing changed is quick.
+2. Expensive results go through ``toycore.cache``, so re-executing with nothing changed is quick;
+   and a chapter's executed copy is kept there too (``run_chapter``), so that a chapter none of
+   whose inputs changed is not executed again.
 3. The chapters' claims ledgers (``<build>/claims/*.json``) are summarised into the intro page,
    beside the paper profile's recorded verdicts (``toycore.records``), and make the findings
    page (every claim that does not reproduce, every slip repaired); a ``paper`` build
@@ -35,7 +37,9 @@ import concurrent.futures
 import contextlib
 import fcntl
 import gc
+import hashlib
 import html
+import importlib.metadata
 import json
 import logging
 import multiprocessing
@@ -45,6 +49,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import warnings
 from pathlib import Path
@@ -57,6 +62,7 @@ from papermill.exceptions import PapermillExecutionError
 from traitlets.config import Config
 
 from . import devices, offline, records, shards
+from .cache import cache_root
 from .checks import check_size
 from .claims import anchor, load_corrections, load_ledgers, outside
 from .paths import REPO_ROOT
@@ -160,6 +166,94 @@ def execute_chapter(notebook, output, profile, device=None):
             f"interrupted during {chapter}, {stopped_cell(output)}; finished results are kept"
         ) from None
     hide_injected_parameters(output)
+
+
+# What a chapter's execution reads besides its notebook and toycore's files: the libraries that
+# compute it, draw it and write it down.
+EXECUTION_STACK = (
+    "torch",
+    "numpy",
+    "scipy",
+    "matplotlib",
+    "pillow",
+    "ipywidgets",
+    "ipython",
+    "ipykernel",
+    "jaxtyping",
+    "joblib",
+    "tqdm",
+    "papermill",
+    "nbformat",
+    "nbclient",
+)
+
+
+def execution_key(notebook, profile, device):
+    """A hash of everything executing ``notebook`` reads: the notebook, every file of toycore
+    (its code, sizes and the in-page script), the paper records the pages quote, the profile,
+    the device type, Python's version and those of EXECUTION_STACK."""
+    digest = hashlib.sha256(f"{profile} {devices.resolve(device).type} {sys.version}".encode())
+    package = Path(__file__).parent
+    files = sorted(p for p in package.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+    for path, name in [
+        (notebook, notebook.name),
+        *((path, str(path.relative_to(package))) for path in files),
+        *((path, f"records/{path.name}") for path in sorted(records.FOLDER.glob("*.json"))),
+    ]:
+        digest.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
+    for name in EXECUTION_STACK:
+        try:
+            version = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            version = "absent"
+        digest.update(f"{name}=={version}\0".encode())
+    return digest.hexdigest()[:16]
+
+
+def _ledger_files(stem, claims):
+    """A chapter's ledgers, as its kernel writes them into ``claims`` (the build's claims/)."""
+    return {
+        "claims.json": claims / f"{stem}.json",
+        "corrections.json": claims / "corrections" / f"{stem}.json",
+    }
+
+
+def run_chapter(notebook, output, profile, device, claims):
+    """Execute one chapter into ``output`` (its ledgers into ``claims``), or reuse the copy that
+    an execution with the same ``execution_key`` kept in the result cache (``<cache>/executed/``)
+    and its ledgers: a rebuild with nothing changed executes nothing. A build that finds the
+    chapter being executed by another waits for it, as for a result. A paper build always
+    executes: it records the run. Returns the seconds the execution took, None when reused."""
+    if resolve_profile(profile) == "paper":
+        start = time.perf_counter()
+        execute_chapter(notebook, output, profile, device)
+        return time.perf_counter() - start
+    kept = cache_root() / "executed" / f"{notebook.stem}-{execution_key(notebook, profile, device)}"
+    ledgers = _ledger_files(notebook.stem, claims)
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    with open(kept.with_name(kept.name + ".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (kept / "executed.ipynb").exists():
+            shutil.copy2(kept / "executed.ipynb", output)
+            for name, path in ledgers.items():
+                if (kept / name).exists():
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copy2(kept / name, path)
+                else:
+                    path.unlink(missing_ok=True)
+            return None
+        start = time.perf_counter()
+        execute_chapter(notebook, output, profile, device)
+        seconds = time.perf_counter() - start
+        # kept whole or not at all: written aside, then renamed into place
+        part = Path(tempfile.mkdtemp(dir=kept.parent, prefix=".part-"))
+        shutil.copy2(output, part / "executed.ipynb")
+        for name, path in ledgers.items():
+            if path.exists():
+                shutil.copy2(path, part / name)
+        shutil.rmtree(kept, ignore_errors=True)  # a damaged copy, without its notebook
+        os.rename(part, kept)
+    return seconds
 
 
 def hide_injected_parameters(output):
@@ -575,18 +669,19 @@ def _stop_workers(pool):
 
 
 def _execute_in_worker(notebook, output, profile, device, variables):
-    """A worker process's chapter: its environment (the kernel inherits it), then papermill."""
+    """A worker process's chapter: its environment (the kernel inherits it), then
+    ``run_chapter``."""
     os.environ.update(variables)
-    start = time.perf_counter()
-    execute_chapter(notebook, output, profile, device)
-    return time.perf_counter() - start
+    claims = Path(variables["TOYCORE_BUILD_DIR"]) / "claims"
+    return run_chapter(notebook, output, profile, device, claims)
 
 
 def execute_all(notebooks, source, profile, device, jobs, variables, log, on_done):
     """Execute the chapters, ``jobs`` at a time (and with ``jobs`` > 1, every shard on a local
     cluster of ``jobs`` workers, even for one chapter), longest first by ``<build>/timings.json``
     (with no timings, later chapters first: the book goes from small models to large ones).
-    ``on_done(notebook, seconds)`` runs as each finishes. After a failure, the chapters still
+    ``on_done(notebook, seconds)`` runs as each finishes (seconds None: its kept execution was
+    reused, see ``run_chapter``). After a failure, the chapters still
     running finish (what they compute is cached), the others do not start, and the first
     failure (a failed cell, a dead kernel, a record refused) is raised."""
     timings_file = Path(variables["TOYCORE_BUILD_DIR"]) / "timings.json"
@@ -595,17 +690,18 @@ def execute_all(notebooks, source, profile, device, jobs, variables, log, on_don
     order = sorted(reversed(notebooks), key=lambda nb: -known.get(nb.stem, float("inf")))
 
     def done(notebook, seconds):
-        known[notebook.stem] = round(seconds, 1)
-        timings_file.write_text(json.dumps({**timings, profile: known}, indent=1))
+        if seconds is not None:
+            known[notebook.stem] = round(seconds, 1)
+            timings_file.write_text(json.dumps({**timings, profile: known}, indent=1))
         on_done(notebook, seconds)
 
     if jobs == 1:
+        claims = Path(variables["TOYCORE_BUILD_DIR"]) / "claims"
         with environment(**variables):
             for notebook in order:
                 log(f"executing {shown(notebook)} (profile {profile}, {device}) ...")
-                start = time.perf_counter()
-                execute_chapter(notebook, source / notebook.name, profile, device)
-                done(notebook, time.perf_counter() - start)
+                output = source / notebook.name
+                done(notebook, run_chapter(notebook, output, profile, device, claims))
         return
     # Shard workers split the cores; so do the chapters' kernels, which wait while shards run:
     # a chapter executing alone computes its own cells on every core.
@@ -795,6 +891,9 @@ def build(
             partial = f"sections 1 to {through} of the chapter"
 
         def finished(notebook, seconds):
+            if seconds is None:
+                log(f"  {notebook.stem}: nothing it reads has changed; its last execution reused")
+                return
             log(f"  {notebook.stem} done in {seconds:.0f} s")
             if profile == "paper":
                 rows = load_ledgers(claims).get(notebook.stem)

@@ -179,6 +179,11 @@ def test_a_chapter_is_executed_again_only_when_something_it_reads_changed(tmp_pa
     assert run("cpu", "cpu.ipynb")[1] == 2  # another profile: executed
     probe_notebook(notebook, "profile = None", cell + "  # edited")
     assert run("ci", "edited.ipynb")[1] == 3  # the notebook changed: executed
+    kept = [p.name for p in (tmp_path / "cache" / "executed").iterdir() if p.is_dir()]
+    assert sorted(name.rsplit("-", 1)[0] for name in kept) == [  # the edited one replaced
+        "_counting_probe-ci-cpu",
+        "_counting_probe-cpu-cpu",
+    ]
     assert run("paper", "paper.ipynb")[1] == 4  # a paper build records its run: executed
     assert run("paper", "paper.ipynb")[1] == 5
 

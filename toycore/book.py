@@ -223,12 +223,16 @@ def run_chapter(notebook, output, profile, device, claims):
     an execution with the same ``execution_key`` kept in the result cache (``<cache>/executed/``)
     and its ledgers: a rebuild with nothing changed executes nothing. A build that finds the
     chapter being executed by another waits for it, as for a result. A paper build always
-    executes: it records the run. Returns the seconds the execution took, None when reused."""
-    if resolve_profile(profile) == "paper":
+    executes: it records the run. One copy is kept per chapter, profile and device type: a new
+    one replaces the copy that older inputs kept. Returns the seconds the execution took, None
+    when reused."""
+    profile = resolve_profile(profile)
+    if profile == "paper":
         start = time.perf_counter()
         execute_chapter(notebook, output, profile, device)
         return time.perf_counter() - start
-    kept = cache_root() / "executed" / f"{notebook.stem}-{execution_key(notebook, profile, device)}"
+    kind = f"{notebook.stem}-{profile}-{devices.resolve(device).type}"
+    kept = cache_root() / "executed" / f"{kind}-{execution_key(notebook, profile, device)}"
     ledgers = _ledger_files(notebook.stem, claims)
     kept.parent.mkdir(parents=True, exist_ok=True)
     with open(kept.with_name(kept.name + ".lock"), "a") as lock:
@@ -253,6 +257,17 @@ def run_chapter(notebook, output, profile, device, claims):
                 shutil.copy2(path, part / name)
         shutil.rmtree(kept, ignore_errors=True)  # a damaged copy, without its notebook
         os.rename(part, kept)
+    for lock_file in kept.parent.glob(f"{kind}-*.lock"):  # the copies older inputs kept
+        older = lock_file.with_suffix("")
+        if older == kept:
+            continue
+        with open(lock_file, "a") as lock:
+            try:  # unless a build is reading it now
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue
+            shutil.rmtree(older, ignore_errors=True)
+            lock_file.unlink(missing_ok=True)
     return seconds
 
 

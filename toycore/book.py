@@ -256,7 +256,10 @@ def run_chapter(notebook, output, profile, device, claims):
             if path.exists():
                 shutil.copy2(path, part / name)
         shutil.rmtree(kept, ignore_errors=True)  # a damaged copy, without its notebook
-        os.rename(part, kept)
+        try:
+            os.rename(part, kept)
+        except OSError:  # another build kept its copy first (one waiting on an unlinked lock)
+            shutil.rmtree(part, ignore_errors=True)
     for lock_file in kept.parent.glob(f"{kind}-*.lock"):  # the copies older inputs kept
         older = lock_file.with_suffix("")
         if older == kept:

@@ -158,6 +158,7 @@ def test_a_kernel_that_dies_fails_the_build_naming_chapter_and_cell(tmp_path):
 
 def test_a_chapter_is_executed_again_only_when_something_it_reads_changed(tmp_path, monkeypatch):
     monkeypatch.setenv("TOYCORE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("TOYCORE_BUILD_DIR", str(tmp_path))  # the ledgers go to its claims/
     runs, claims = tmp_path / "runs.txt", tmp_path / "claims"
     # the probe counts its executions and writes its ledger, as a chapter's kernel does
     cell = (
@@ -168,7 +169,7 @@ def test_a_chapter_is_executed_again_only_when_something_it_reads_changed(tmp_pa
     notebook = probe_notebook(tmp_path / "_counting_probe.ipynb", "profile = None", cell)
 
     def run(profile, output):
-        seconds = book.run_chapter(notebook, tmp_path / output, profile, "cpu", claims)
+        seconds = book.run_chapter(notebook, tmp_path / output, profile, "cpu")
         return seconds, runs.read_text().count("x"), (claims / "_counting_probe.json").read_text()
 
     first = run("ci", "first.ipynb")

@@ -64,7 +64,7 @@ from traitlets.config import Config
 from . import devices, offline, records, shards
 from .cache import cache_root
 from .checks import check_size
-from .claims import anchor, load_corrections, load_ledgers, outside
+from .claims import anchor, ledger_files, load_corrections, load_ledgers, outside
 from .paths import REPO_ROOT
 from .paths import build_dir as default_build_dir
 from .profiles import PROFILES, resolve_profile
@@ -210,22 +210,13 @@ def execution_key(notebook, profile, device):
     return digest.hexdigest()[:16]
 
 
-def _ledger_files(stem, claims):
-    """A chapter's ledgers, as its kernel writes them into ``claims`` (the build's claims/)."""
-    return {
-        "claims.json": claims / f"{stem}.json",
-        "corrections.json": claims / "corrections" / f"{stem}.json",
-    }
-
-
-def run_chapter(notebook, output, profile, device, claims):
-    """Execute one chapter into ``output`` (its ledgers into ``claims``), or reuse the copy that
-    an execution with the same ``execution_key`` kept in the result cache (``<cache>/executed/``)
-    and its ledgers: a rebuild with nothing changed executes nothing. A build that finds the
-    chapter being executed by another waits for it, as for a result. A paper build always
-    executes: it records the run. One copy is kept per chapter, profile and device type: a new
-    one replaces the copy that older inputs kept. Returns the seconds the execution took, None
-    when reused."""
+def run_chapter(notebook, output, profile, device):
+    """Execute one chapter into ``output``, or reuse the copy that an execution with the same
+    ``execution_key`` kept in the result cache (``<cache>/executed/``) with the ledgers it saved:
+    a rebuild with nothing changed executes nothing. A build that finds the chapter being
+    executed by another waits for it, as for a result. A paper build always executes: it
+    records the run. One copy is kept per chapter, profile and device type: a new one replaces
+    the copy that older inputs kept. Returns the seconds the execution took, None when reused."""
     profile = resolve_profile(profile)
     if profile == "paper":
         start = time.perf_counter()
@@ -233,7 +224,8 @@ def run_chapter(notebook, output, profile, device, claims):
         return time.perf_counter() - start
     kind = f"{notebook.stem}-{profile}-{devices.resolve(device).type}"
     kept = cache_root() / "executed" / f"{kind}-{execution_key(notebook, profile, device)}"
-    ledgers = _ledger_files(notebook.stem, claims)
+    # the kept copies' names for the chapter's ledger files (the kernel saves them)
+    ledgers = dict(zip(("claims.json", "corrections.json"), ledger_files(notebook.stem)))
     kept.parent.mkdir(parents=True, exist_ok=True)
     with open(kept.with_name(kept.name + ".lock"), "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -260,18 +252,24 @@ def run_chapter(notebook, output, profile, device, claims):
             os.rename(part, kept)
         except OSError:  # another build kept its copy first (one waiting on an unlinked lock)
             shutil.rmtree(part, ignore_errors=True)
-    for lock_file in kept.parent.glob(f"{kind}-*.lock"):  # the copies older inputs kept
+    _forget_older_executions(kept, kind)
+    return seconds
+
+
+def _forget_older_executions(kept, kind):
+    """Remove the copies of ``kind`` (chapter, profile, device type) that older inputs kept,
+    except one a build is reading now."""
+    for lock_file in kept.parent.glob(f"{kind}-*.lock"):
         older = lock_file.with_suffix("")
         if older == kept:
             continue
         with open(lock_file, "a") as lock:
-            try:  # unless a build is reading it now
+            try:
                 fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 continue
             shutil.rmtree(older, ignore_errors=True)
             lock_file.unlink(missing_ok=True)
-    return seconds
 
 
 def hide_injected_parameters(output):
@@ -690,8 +688,7 @@ def _execute_in_worker(notebook, output, profile, device, variables):
     """A worker process's chapter: its environment (the kernel inherits it), then
     ``run_chapter``."""
     os.environ.update(variables)
-    claims = Path(variables["TOYCORE_BUILD_DIR"]) / "claims"
-    return run_chapter(notebook, output, profile, device, claims)
+    return run_chapter(notebook, output, profile, device)
 
 
 def execute_all(notebooks, source, profile, device, jobs, variables, log, on_done):
@@ -714,12 +711,10 @@ def execute_all(notebooks, source, profile, device, jobs, variables, log, on_don
         on_done(notebook, seconds)
 
     if jobs == 1:
-        claims = Path(variables["TOYCORE_BUILD_DIR"]) / "claims"
         with environment(**variables):
             for notebook in order:
                 log(f"executing {shown(notebook)} (profile {profile}, {device}) ...")
-                output = source / notebook.name
-                done(notebook, run_chapter(notebook, output, profile, device, claims))
+                done(notebook, run_chapter(notebook, source / notebook.name, profile, device))
         return
     # Shard workers split the cores; so do the chapters' kernels, which wait while shards run:
     # a chapter executing alone computes its own cells on every core.

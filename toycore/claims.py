@@ -162,10 +162,9 @@ class Ledger:
 
     def save(self):
         """Write the rows to ``<build>/claims/<chapter>.json`` and return the path."""
-        path = build_dir() / "claims" / f"{self.chapter}.json"
-        (path.parent / "corrections").mkdir(parents=True, exist_ok=True)
+        path, corrections = ledger_files(self.chapter)
+        corrections.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(self.rows, indent=1))
-        corrections = path.parent / "corrections" / path.name
         corrections.write_text(json.dumps(self.corrections, indent=1))
         return path
 
@@ -295,6 +294,13 @@ def unexpected_verdicts(rows):
     except the known failures, which should not; a row outside the text's regime may do
     either."""
     return [row["id"] for row in rows if not outside(row) and row["passed"] == row["known_failure"]]
+
+
+def ledger_files(chapter):
+    """Where ``chapter``'s ledger is saved: its rows and its corrections, under the build's
+    claims/ folder."""
+    folder = build_dir() / "claims"
+    return folder / f"{chapter}.json", folder / "corrections" / f"{chapter}.json"
 
 
 def load_ledgers(directory=None):

@@ -8,6 +8,7 @@ import pytest
 from playwright.sync_api import sync_playwright
 
 from toycore import book, cache
+from toycore.book import execute
 
 # The browser to drive: $TOYCORE_CHROMIUM, else the first Chromium on PATH (never one that
 # Playwright downloads).
@@ -47,7 +48,7 @@ def built(tmp_path_factory):
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not done.exists():
             start = time.perf_counter()
-            with book.environment(TOYCORE_CACHE=str(cache.cache_root())):
+            with execute.environment(TOYCORE_CACHE=str(cache.cache_root())):
                 book.build("ci", build_dir, log=lambda message: None)
             build_seconds.append(time.perf_counter() - start)
             done.touch()

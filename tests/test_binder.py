@@ -21,7 +21,7 @@ so a second run fetches nothing again. One thing differs from Binder on purpose:
 result cache is the test run's (``TOYCORE_CACHE``), which the book build test and nbval share,
 so that Run All reads what the run computed once instead of computing it again, and postBuild,
 whose ``toycore.book`` finds there the book build's executed chapters (waiting for those still
-running), reuses them instead of executing them again (``toycore.book.run_chapter``).
+running), reuses them instead of executing them again (``toycore.book.execute.run_chapter``).
 
 The profile is the tests' ``ci`` (postBuild honours ``TOYCORE_PROFILE``); for the profile a
 Binder reader gets, ``TOYCORE_BINDER_PROFILE=cpu .venv/bin/python -m pytest tests/test_binder.py``.
@@ -48,7 +48,8 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from toycore import book, cache
+from toycore import cache
+from toycore.book.config import chapters
 from toycore.paths import REPO_ROOT
 
 PROFILE = os.environ.get("TOYCORE_BINDER_PROFILE", "ci")
@@ -57,7 +58,7 @@ OFFLINE = os.environ.get("TOYCORE_BINDER_OFFLINE") == "1"
 JUPYTERLAB = re.search(r"^JUPYTERLAB := (\S+)$", (REPO_ROOT / "Makefile").read_text(), re.M)[1]
 BINDER_MEMORY_LIMIT = 2 * 1024**3  # mybinder.org's memory limit per session, about 2 GiB
 CPU_INDEX_LINE = "--extra-index-url https://download.pytorch.org/whl/cpu"
-CHAPTERS = [notebook.name for notebook in book.chapters()]
+CHAPTERS = [notebook.name for notebook in chapters()]
 RUN_ALL_TIMEOUT_S = {"ci": 600, "cpu": 3600}[PROFILE]
 RESULTS = REPO_ROOT / "_build" / "binder" / f"{PROFILE}.json"
 

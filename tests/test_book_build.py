@@ -8,11 +8,12 @@ import pytest
 from bs4 import BeautifulSoup
 
 from toycore import book
+from toycore.book import config, execute
 from toycore.claims import unexpected_verdicts
 
 
 def chapter_pages(build_dir):
-    return {p.stem: build_dir / "html" / "chapters" / f"{p.stem}.html" for p in book.chapters()}
+    return {p.stem: build_dir / "html" / "chapters" / f"{p.stem}.html" for p in config.chapters()}
 
 
 def test_index_and_every_chapter_page_exist(built):
@@ -110,13 +111,13 @@ def test_a_failing_cell_fails_the_build_naming_chapter_and_cell(tmp_path):
     with pytest.raises(
         book.BuildError, match=r"_failing_probe.ipynb: cell 1 .*`1 / 0`.*ZeroDivisionError"
     ):
-        book.execute_chapter(notebook, tmp_path / "out.ipynb", "ci")
+        execute.execute_chapter(notebook, tmp_path / "out.ipynb", "ci")
 
 
 def test_a_cell_past_the_profiles_time_limit_fails_the_build_naming_the_chapter(
     tmp_path, monkeypatch
 ):
-    monkeypatch.setitem(book.CELL_TIMEOUT_S, "ci", 2)
+    monkeypatch.setitem(execute.CELL_TIMEOUT_S, "ci", 2)
     notebook = probe_notebook(
         tmp_path / "_slow_probe.ipynb", "profile = None", "import time\ntime.sleep(60)"
     )
@@ -126,7 +127,7 @@ def test_a_cell_past_the_profiles_time_limit_fails_the_build_naming_the_chapter(
         match=r"_slow_probe.ipynb: a cell ran past the ci profile's 2 s"
         r"(.|\n)*time.sleep\(60\)",
     ):
-        book.execute_chapter(notebook, tmp_path / "out.ipynb", "ci")
+        execute.execute_chapter(notebook, tmp_path / "out.ipynb", "ci")
     assert time.perf_counter() - start < 30
 
 
@@ -146,7 +147,7 @@ def test_a_kernel_that_dies_fails_the_build_naming_chapter_and_cell(tmp_path):
         match=r"_dying_probe.ipynb: the kernel died during cell 2 "
         r"\(counting from 0, starting `import os, signal`\)",
     ):
-        book.execute_chapter(notebook, output, "ci")
+        execute.execute_chapter(notebook, output, "ci")
     # The executed copy says which cell failed and that the one after it never ran.
     statuses = [
         cell.metadata.papermill["status"]
@@ -169,7 +170,7 @@ def test_a_chapter_is_executed_again_only_when_something_it_reads_changed(tmp_pa
     notebook = probe_notebook(tmp_path / "_counting_probe.ipynb", "profile = None", cell)
 
     def run(profile, output):
-        seconds = book.run_chapter(notebook, tmp_path / output, profile, "cpu")
+        seconds = execute.run_chapter(notebook, tmp_path / output, profile, "cpu")
         return seconds, runs.read_text().count("x"), (claims / "_counting_probe.json").read_text()
 
     first = run("ci", "first.ipynb")
@@ -194,7 +195,7 @@ BOOK_OF_ONE = """
 import sys
 from pathlib import Path
 from toycore import book
-book.chapters = lambda root=None: [Path(sys.argv[1])]  # the probe is the whole book
+config.chapters = lambda root=None: [Path(sys.argv[1])]  # the probe is the whole book
 sys.exit(book.main(["--profile", "ci", "--device", "cpu", "--jobs", sys.argv[2], "--no-html",
                     "--build-dir", sys.argv[3]]))
 """
@@ -310,7 +311,7 @@ def test_the_build_leaves_the_callers_environment_as_it_was(built, monkeypatch):
     assert os.environ.get("TOYCORE_BUILD_DIR") != str(build_dir)  # the real build left nothing
     monkeypatch.setenv("TOYCORE_PROFILE", "cpu")
     monkeypatch.delenv("TOYCORE_BUILD_DIR", raising=False)
-    with book.environment(TOYCORE_PROFILE="ci", TOYCORE_BUILD_DIR="/elsewhere"):
+    with execute.environment(TOYCORE_PROFILE="ci", TOYCORE_BUILD_DIR="/elsewhere"):
         assert os.environ["TOYCORE_PROFILE"] == "ci"
     assert os.environ["TOYCORE_PROFILE"] == "cpu" and "TOYCORE_BUILD_DIR" not in os.environ
 
@@ -347,7 +348,7 @@ def test_every_reference_is_cited_and_the_intro_cites_the_four_texts():
 
     entries = set(re.findall(r"^@\w+\{([^,]+),", (REPO_ROOT / "references.bib").read_text(), re.M))
     intro = (REPO_ROOT / "intro.md").read_text()
-    texts = intro + "".join(notebook.read_text() for notebook in book.chapters())
+    texts = intro + "".join(notebook.read_text() for notebook in config.chapters())
     cited = set(re.findall(r"\{cite:[pt]\}`([^`]+)`", texts))
     assert cited <= entries and entries <= cited, cited ^ entries
     for source in (

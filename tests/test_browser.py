@@ -18,13 +18,13 @@ import numpy as np
 import pytest
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
-from toycore import book
+from toycore.book import config
 from toycore.experiments import relu as ex
 from toycore.paths import REPO_ROOT
 from toycore.theory import persian_rug as rug
 
 SCREENSHOTS = REPO_ROOT / "_build" / "screenshots"
-CHAPTER_PAGES = [f"chapters/{notebook.stem}" for notebook in book.chapters()]
+CHAPTER_PAGES = [f"chapters/{notebook.stem}" for notebook in config.chapters()]
 PAGES = ["intro", "findings"] + CHAPTER_PAGES + ["reproducing"]
 
 

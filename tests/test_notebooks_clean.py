@@ -8,7 +8,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from toycore.book import chapters
+from toycore.book.config import chapters
 
 NOTEBOOKS = sorted(Path(__file__).resolve().parent.parent.glob("chapters/*.ipynb"))
 

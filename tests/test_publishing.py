@@ -12,6 +12,7 @@ import yaml
 from bs4 import BeautifulSoup
 
 from toycore import book
+from toycore.book import config
 from toycore.paths import REPO_ROOT
 
 WORKFLOWS = REPO_ROOT / ".github" / "workflows"
@@ -121,7 +122,7 @@ def test_the_workflow_tests_pull_requests_and_publishes_main_with_the_result_cac
     ],
 )
 def test_the_repository_comes_from_toycore_repository_then_github_repository(environ, expected):
-    assert book.repository(environ) == expected
+    assert config.repository(environ) == expected
 
 
 @pytest.mark.parametrize("name", ["no-slash", "a/b/c", "https://github.com/a/b", "a/", " a/b"])
@@ -140,7 +141,7 @@ def render_first_chapter(tmp_path, repository):
     (source / "chapters").mkdir(parents=True)
     for name in ("_config.yml", "references.bib"):
         shutil.copy2(REPO_ROOT / name, source / name)
-    chapter = book.chapters()[0]
+    chapter = config.chapters()[0]
     notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# Chapter 1")])
     notebook.metadata["kernelspec"] = {
         "name": "python3",
@@ -149,7 +150,7 @@ def render_first_chapter(tmp_path, repository):
     }
     nbformat.write(notebook, source / "chapters" / chapter.name)
     (source / "_toc.yml").write_text(f"format: jb-book\nroot: chapters/{chapter.stem}\n")
-    book.set_repository(source / "_config.yml", repository)
+    config.set_repository(source / "_config.yml", repository)
     book.render_html(source, tmp_path)
     return BeautifulSoup(
         (tmp_path / "html" / "chapters" / f"{chapter.stem}.html").read_text(), "html.parser"

@@ -20,6 +20,7 @@ import torch
 from toycore import cache, shards
 from toycore.data import SparseUniform
 from toycore.experiments import hidden_noise as ex_noise
+from toycore.experiments import linear as ex_linear
 from toycore.experiments import persian_rug as ex_rug
 from toycore.experiments import polysemantic as ex_poly
 from toycore.experiments import relu as ex_relu
@@ -78,36 +79,49 @@ def calls_made(calls):
     return calls.read_text().split() if calls.exists() else []
 
 
-def test_a_file_edited_after_import_stops_the_cache_until_the_process_restarts(package_copy):
+def test_code_edited_after_import_stops_the_cache_for_what_it_changes_until_a_restart(
+    package_copy,
+):
     run, root, calls = package_copy
+    slow = root / "slow.py"
     result = run(
         """
         import toycore, slow
         assert toycore.__file__.startswith(%r)
         print(slow.slow_square(3))
-        with open(%r, "a") as source:
+        with open(%r, "a") as source:  # a comment changes no number: the cache goes on
             source.write("\\n# edited while this process runs\\n")
-        slow.slow_square(4)
+        print(slow.slow_square(4))
+        with open(%r) as source:
+            text = source.read()
+        with open(%r, "w") as source:  # the function's own code: refused until a restart
+            source.write(text.replace("return x * x", "return x * x * 1"))
+        slow.slow_square(5)
     """
-        % (str(root), str(root / "toycore" / "data.py"))
+        % (str(root), str(root / "toycore" / "data.py"), str(slow), str(slow))
     )
-    assert result.stdout.split() == ["9"]
+    assert result.stdout.split() == ["9", "16"]
     assert (
-        "RuntimeError: toycore/data.py has changed since this process imported toycore: restart it"
+        "RuntimeError: the code that slow.slow_square runs has changed since this process "
+        "imported toycore (slow.slow_square): restart it"
     ) in result.stderr
-    assert calls_made(calls) == ["3"]  # nothing was computed, or stored, with the edited code
+    assert calls_made(calls) == ["3", "4"]  # nothing was computed, or stored, with the edit
     # A fresh process runs the code on disk: a new key, so 3 is computed again, by that code.
     again = run("import slow; print(slow.slow_square(3))")
     assert again.returncode == 0 and again.stdout.split() == ["9"], again.stderr
-    assert calls_made(calls) == ["3", "3"]
+    assert calls_made(calls) == ["3", "4", "3"]
 
 
-def test_the_key_covers_the_packages_modules_and_no_stray_file(package_copy):
+def test_the_key_reads_the_packages_modules_and_no_stray_file(package_copy):
     run, root, _ = package_copy
-    before = run("from toycore import cache; print(cache.code_hash())").stdout
-    (root / "toycore" / "scratch.py").write_text("x = 1\n")  # not a module of the package
+    key = (
+        "from toycore import cache; from toycore.experiments import linear; "
+        "print(cache.code_key(linear.train_to_minimum.uncached))"
+    )
+    before = run(key).stdout
+    (root / "toycore" / "scratch.py").write_text("x = 1\n")  # a module nothing uses
     (root / "toycore" / "experiments" / ".#linear.py").symlink_to("nowhere@1234")  # an editor's
-    after = run("from toycore import cache; print(cache.code_hash())")
+    after = run(key)
     assert after.returncode == 0, after.stderr
     assert after.stdout == before
 
@@ -195,13 +209,13 @@ def test_two_processes_sharing_the_cache_compute_a_result_once(package_copy):
 
 
 def test_pruning_removes_only_folders_no_current_code_uses(tmp_path):
-    current = cache.cache_key("toycore.experiments.linear", "cpu")
+    current = cache.cache_key(ex_linear.train_to_minimum.uncached, "cpu")
     old = "0123456789abcdef" + current[16:]
     upgraded = current.replace("torch", "torch0.1-was")
-    for name in (current, old, upgraded):
+    for name in (current, old, upgraded, cache.EXECUTED):
         (tmp_path / name / "results").mkdir(parents=True)
     assert sorted(cache.prune(tmp_path)) == sorted([old, upgraded])
-    assert [p.name for p in tmp_path.iterdir()] == [current]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([current, cache.EXECUTED])
 
 
 def test_a_result_is_stored_whole_or_not_at_all(tmp_path, monkeypatch):

@@ -3,17 +3,21 @@
 ``@cached`` stores a function's results on disk, keyed by its arguments (``joblib.hash``) in a
 folder (``cache_key``) named by what else decides the numbers:
 
-- a hash of the code they depend on: the shared computing modules (``SHARED``: data, models,
-  training loop, ...) plus the chapter modules (``theory/``, ``experiments/``) that the
-  function's module uses, directly or through other chapter modules. So changing one chapter's
-  experiments or theory retrains that chapter and any chapter that imports from it, and a change
-  to a shared module retrains everything. Modules that do not change what a computation returns
-  (``OUTSIDE_KEY``: plots, widgets, claims, the book build, ...) are left out: restyling a figure
-  retrains nothing. The hash is of the source **as this process imported it**, read when the
-  package is imported; if a file changes on disk afterwards, this process refuses to use the
-  cache until it is restarted, since it could no longer say which code computed a result;
+- the hash of exactly the code they depend on (``toycore.dependencies``): the function, and the
+  functions, classes and constants of toycore it uses, followed transitively, normalised so that
+  comments, docstrings and formatting do not count. Plots, widgets, the build and the cache
+  itself are left out: restyling a figure or mending a docstring retrains nothing, and an edit
+  to one chapter's training re-keys only the results that run it. The key is of the source **as
+  this process imported it**; if that code changes on disk afterwards (an edit that changes the
+  key, not a comment), this process refuses to use the cache for the results it affects until it
+  is restarted, since it could no longer say which code computed them. ``@cached(version="2")``
+  adds a stamp for what no name in the code reveals (a data file it reads, say);
 - the device type (``cpu``, ``cuda``), since a GPU's numbers differ from the CPU's in the last bits;
 - the versions of torch, numpy and scipy, so that an upgrade is not served the old one's results.
+
+A cached function's arguments are plain values (numbers, strings, arrays, and lists, tuples and
+dicts of them): an instance of a toycore class is refused, since its methods' code would be in
+no key.
 
 Each result is one file that starts with the sha256 of the rest; a result whose bytes do not
 match (altered, truncated) is computed again, with one line on the process's standard error
@@ -45,116 +49,141 @@ import scipy
 import torch
 
 from . import devices
+from .dependencies import PACKAGE_NAME, Code, changes_in
 from .paths import build_dir
 
 PACKAGE = Path(__file__).resolve().parent
-# The modules whose code decides what every computation returns.
-SHARED = {
-    "__init__.py",
-    "cache.py",
-    "checks.py",
-    "data.py",
-    "models.py",
-    "noise.py",
-    "paths.py",
-    "profiles.py",
-    "seeding.py",
-    "train.py",
-}
-# Modules that do not change what a computation returns, so they stay out of the cache key.
-OUTSIDE_KEY = {
-    "plots",
-    "widgets.py",
-    "claims.py",
-    "sizes.py",
-    "book.py",
-    "offline.py",
-    "progress.py",
-    "devices.py",
-    "shards.py",
-    "records.py",
-}
-CHAPTER_PACKAGES = ("theory", "experiments")
-CHAPTER_PREFIXES = tuple(f"toycore.{package}." for package in CHAPTER_PACKAGES)
+# The folder under the cache root where the book keeps executed chapters (toycore.book).
+EXECUTED = "executed"
 
 
-def _module_files():
-    """The package's modules that the key may cover, relative to the package: the shared ones
-    and every chapter module. Nothing else in the folder counts (a stray script, an editor's
-    lock link such as ``.#linear.py``)."""
-    chapter = [
-        Path(package) / path.name
-        for package in CHAPTER_PACKAGES
-        for path in (PACKAGE / package).glob("*.py")
-        if path.stem.isidentifier() and path.is_file()
-    ]
-    return sorted([Path(name) for name in SHARED] + chapter)
-
-
-def _digest(path):
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-# The source this process runs: every module the key may cover, read as the package is
-# imported (``toycore/__init__.py`` imports this module first).
-IMPORTED = {relative: _digest(PACKAGE / relative) for relative in _module_files()}
-
-
-def _chapter_modules(module_name):
-    """The chapter modules that ``module_name`` is or uses, following their imports."""
-    found, todo = set(), [module_name]
-    while todo:
-        name = todo.pop()
-        if name in found:
+def _module_files(package=PACKAGE):
+    """The package's modules, by dotted name: every .py file in it, none elsewhere (a stray
+    editor's lock link such as ``.#linear.py`` is not a module)."""
+    files = {}
+    for path in sorted(package.rglob("*.py")):
+        relative = path.relative_to(package).with_suffix("")
+        if "__pycache__" in relative.parts or not all(p.isidentifier() for p in relative.parts):
             continue
-        found.add(name)
-        for value in vars(importlib.import_module(name)).values():
-            used = value.__name__ if inspect.ismodule(value) else getattr(value, "__module__", None)
-            if isinstance(used, str) and used.startswith(CHAPTER_PREFIXES):
-                todo.append(used)
-    return {name for name in found if name.startswith(CHAPTER_PREFIXES)}
+        if path.is_file():
+            files[".".join((PACKAGE_NAME, *relative.parts))] = path
+    return files
 
 
-def _covered(module_name):
-    """The module files that results computed in ``module_name`` depend on (None: all)."""
-    if module_name is None:
-        return sorted(IMPORTED)
-    chapter = {
-        Path(*name.split(".")[1:]).with_suffix(".py") for name in _chapter_modules(module_name)
-    }
-    return sorted(
-        path for path in IMPORTED if path.parts[0] not in CHAPTER_PACKAGES or path in chapter
-    ) + sorted(chapter - set(IMPORTED))
+def _stats(files):
+    stats = {}
+    for name, path in files.items():
+        with contextlib.suppress(OSError):
+            info = path.stat()
+            stats[name] = (info.st_mtime_ns, info.st_size)
+    return stats
 
 
-def code_hash(module_name=None):
-    """Hash of the source, as imported, that results computed in ``module_name`` depend on:
-    the shared modules and the chapter modules it uses. ``None``: every computing module."""
+# The source this process runs, read as the package is imported (``toycore/__init__.py``
+# imports this module first).
+_FILES = _module_files()
+IMPORTED = {name: path.read_text() for name, path in _FILES.items()}
+_IMPORTED_STATS = _stats(_FILES)
+_CODES = {}  # Code read from a set of texts, by the texts' hash
+
+
+def _code(texts):
     digest = hashlib.sha256()
-    for relative in _covered(module_name):
-        digest.update(str(relative).encode())
-        digest.update(IMPORTED.get(relative, "imported after the package").encode())
-    return digest.hexdigest()[:16]
+    for name in sorted(texts):
+        digest.update(f"{name}\0{texts[name]}\0".encode())
+    key = digest.hexdigest()
+    if key not in _CODES:
+        _CODES[key] = Code(texts)
+    return _CODES[key]
 
 
-def check_source_unchanged(module_name=None):
-    """Refuse, before any result is read or stored, when a module that the key of
-    ``module_name``'s results covers differs on disk from what this process imported."""
-    for relative in _covered(module_name):
-        path = PACKAGE / relative
-        if IMPORTED.get(relative) != (_digest(path) if path.is_file() else None):
-            raise RuntimeError(
-                f"toycore/{relative} has changed since this process imported toycore: "
-                f"restart it (the kernel, or the build), so that results are computed by, and "
-                f"stored under, the code on disk"
-            )
+def imported_code():
+    """toycore's code as this process imported it (``toycore.dependencies.Code``)."""
+    return _code(IMPORTED)
 
 
-def cache_key(module_name=None, device=None):
-    """The cache folder's name for results computed in ``module_name`` on ``device`` (default:
-    the current one): the code hash, the device type and the torch, numpy and scipy versions."""
+def _qualified(func):
+    return f"{func.__module__}.{func.__qualname__}"
+
+
+def _outside_source(func, on_disk=False):
+    """The source of the module of a function outside toycore (a test's, a script's): as first
+    read by this process, or as on disk now; None where it has none (a builtin)."""
+    module = sys.modules.get(func.__module__)
+    if module is None or func.__module__ == "builtins":
+        return None
+    if not on_disk and func.__module__ in _OUTSIDE:
+        return _OUTSIDE[func.__module__]
+    try:
+        text = Path(inspect.getsourcefile(module)).read_text()
+    except (TypeError, OSError):
+        return None
+    _OUTSIDE.setdefault(func.__module__, text)
+    return text
+
+
+_OUTSIDE = {}  # {module: its source as first read}
+
+
+def _texts_for(func, on_disk=False):
+    """toycore's source (as imported, or on disk now), with that of ``func``'s own module when
+    it lies outside toycore."""
+    if on_disk:
+        files = _module_files()
+        if _stats(files) == _IMPORTED_STATS:
+            texts = IMPORTED
+        else:
+            texts = {}
+            for name, path in files.items():
+                with contextlib.suppress(OSError):
+                    texts[name] = path.read_text()
+    else:
+        texts = IMPORTED
+    if func.__module__.split(".")[0] != PACKAGE_NAME:
+        outside = _outside_source(func, on_disk)
+        if outside is not None:
+            texts = {**texts, func.__module__: outside}
+    return texts
+
+
+def _key_in(texts, func):
+    version = getattr(func, "cache_version", None)
+    code = _code(texts)
+    name = _qualified(func)
+    if name not in code.units:  # no source to read (a builtin): its name stands for its code
+        return hashlib.sha256(f"{name} {version}".encode()).hexdigest()[:16]
+    key = code.function_key(name)
+    return key if version is None else hashlib.sha256(f"{key} {version}".encode()).hexdigest()[:16]
+
+
+@functools.lru_cache(maxsize=None)
+def code_key(func):
+    """The hash of exactly the code ``func``'s results depend on, as this process imported it
+    (see the module's docstring), with the stamp ``@cached(version=...)`` gave it."""
+    return _key_in(_texts_for(func), func)
+
+
+def check_source_unchanged(func):
+    """Refuse, before any result is read or stored, when the code ``func``'s results depend on
+    differs on disk from what this process imported (a comment or docstring edit does not)."""
+    on_disk = _texts_for(func, on_disk=True)
+    if on_disk is IMPORTED or _key_in(on_disk, func) == _key_in(_texts_for(func), func):
+        return
+    name = _qualified(func)
+    changed = changes_in(_code(_texts_for(func)), _code(on_disk), [name])
+    raise RuntimeError(
+        f"the code that {name} runs has changed since this process imported toycore "
+        f"({', '.join(changed)}): restart it (the kernel, or the build), so that results are "
+        f"computed by, and stored under, the code on disk"
+    )
+
+
+def cache_key(func, device=None):
+    """The cache folder's name for ``func``'s results (the plain function) on ``device``
+    (default: the current one): its code key, the device type and the torch, numpy and scipy
+    versions."""
     device = devices.current() if device is None else torch.device(device)
-    return f"{code_hash(module_name)}-{device.type}-{_versions()}"
+    return f"{code_key(func)}-{device.type}-{_versions()}"
 
 
 def _versions():
@@ -174,7 +203,7 @@ def result_file(func, args, kwargs, root=None, device=None):
     root = Path(root) if root is not None else cache_root()
     return (
         root
-        / cache_key(func.__module__, device)
+        / cache_key(func, device)
         / func.__module__
         / func.__qualname__
         / f"{joblib.hash(dict(call.arguments))}.pkl"
@@ -236,12 +265,31 @@ def _locked(path):
         yield
 
 
+def check_arguments(func, args, kwargs):
+    """Refuse an argument that holds an instance of a toycore class: the code of its methods
+    would be in no key."""
+    todo = [*args, *kwargs.values()]
+    while todo:
+        value = todo.pop()
+        if isinstance(value, (list, tuple, set, frozenset)):
+            todo += list(value)
+        elif isinstance(value, dict):
+            todo += [*value.keys(), *value.values()]
+        elif type(value).__module__.split(".")[0] == PACKAGE_NAME:
+            raise TypeError(
+                f"{_qualified(func)} is cached, so its arguments must be plain values "
+                f"(numbers, strings, arrays, sequences of them); got a "
+                f"{type(value).__qualname__}, whose code no cache key covers"
+            )
+
+
 def call(func, args=(), kwargs=None, root=None, device=None):
     """``func(*args, **kwargs)`` (``func`` undecorated), from the cache under ``root`` (default
     ``cache_root()``) for this code, device type and library versions; computed and stored
     when it is not there or is damaged."""
     kwargs = kwargs or {}
-    check_source_unchanged(func.__module__)
+    check_arguments(func, args, kwargs)
+    check_source_unchanged(func)
     path = result_file(func, args, kwargs, root, device)
     result = _load(path, quiet=True)  # a stored result is read without waiting for a lock
     if result is not MISSING:
@@ -254,11 +302,19 @@ def call(func, args=(), kwargs=None, root=None, device=None):
     return result
 
 
-def cached(func):
-    """Cache ``func``'s results on disk (see the module's docstring).
+CACHED = []  # every @cached function this process defined (the plain ones), for prune
+
+
+def cached(func=None, *, version=None):
+    """Cache ``func``'s results on disk (see the module's docstring): ``@cached``, or
+    ``@cached(version="2")`` to add a stamp for a dependency that no name in the code reveals.
 
     The wrapper keeps the plain function as ``.uncached`` and answers ``.in_cache(*args,
     **kwargs)`` without computing anything."""
+    if func is None:
+        return functools.partial(cached, version=version)
+    if version is not None:
+        func.cache_version = str(version)
 
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
@@ -266,26 +322,24 @@ def cached(func):
 
     wrapper.uncached = func
     wrapper.in_cache = lambda *args, **kwargs: result_file(func, args, kwargs).exists()
+    CACHED.append(func)
     return wrapper
 
 
 def prune(root=None):
-    """Remove the cache folders under ``root`` that no current code can use (another code
-    hash, or other library versions); returns the names removed."""
+    """Remove the cache folders under ``root`` that no current code can use (no cached
+    function of toycore has that code key, or other library versions); returns the names
+    removed. The book's executed chapters (``executed/``) are the book's to manage."""
+    for name in _module_files():
+        if name.startswith(f"{PACKAGE_NAME}.experiments."):
+            importlib.import_module(name)  # so that their @cached functions are known
     root = Path(root) if root is not None else cache_root()
-    modules = [None] + [
-        f"toycore.experiments.{path.stem}"
-        for path in _module_files()
-        if path.parts[0] == "experiments" and path.stem != "__init__"
-    ]
     current = {
-        f"{code_hash(module)}-{device}-{_versions()}"
-        for module in modules
-        for device in ("cpu", "cuda")
+        f"{code_key(func)}-{device}-{_versions()}" for func in CACHED for device in ("cpu", "cuda")
     }
     removed = []
     for folder in sorted(root.iterdir()) if root.is_dir() else []:
-        if folder.is_dir() and folder.name not in current:
+        if folder.is_dir() and folder.name not in current and folder.name != EXECUTED:
             shutil.rmtree(folder)
             removed.append(folder.name)
     return removed

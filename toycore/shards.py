@@ -91,7 +91,7 @@ def _compute(shard, root, device, key, args, kwargs):
             "it), which made torch 2.6x slower here: start workers with "
             "DASK_CONFIG=toycore/dask (see the README)"
         )
-    here = key and cache.cache_key(shard.__module__, device)
+    here = key and cache.cache_key(shard.uncached, device)
     if here != key:
         raise RuntimeError(
             f"this worker's toycore code or library versions differ from the "
@@ -118,7 +118,7 @@ def run(shard, calls, desc="shards"):
     if not missing:
         return results
     device = devices.current()
-    root, key = cache.cache_root(), address and cache.cache_key(shard.__module__, device)
+    root, key = cache.cache_root(), address and cache.cache_key(shard.uncached, device)
     jobs = [delayed(_compute)(shard, root, str(device), key, *calls[k]) for k in missing]
     bar = progress_bar(len(jobs), f"{desc} ({len(missing)} of {len(calls)} to compute)")
     if address:

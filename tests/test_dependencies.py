@@ -1,0 +1,298 @@
+"""What records and cached results depend on (toycore.dependencies): exactly the code their
+numbers can depend on. An edit that changes no number keeps every record and result current;
+an edit that can change one stales exactly the chapters and results that run it.
+
+The edits are made to a copy of toycore, read statically (nothing is run), and the records
+are the book's five chapters and a small probe chapter written here."""
+
+import ast
+import json
+import shutil
+import subprocess
+
+import pytest
+
+from toycore import records
+from toycore.cache import PACKAGE
+from toycore.dependencies import Code, changes, notebook_dependencies, serialise
+from toycore.paths import REPO_ROOT
+
+CHAPTERS = sorted(path.stem for path in (REPO_ROOT / "chapters").glob("*.ipynb"))
+
+
+def _cell(kind, source):
+    return {"cell_type": kind, "source": source, "metadata": {}}
+
+
+def probe_cells(tolerance="0.05", measured="sweep.loss.mean()", claim="a claim", shown="W"):
+    """A small chapter in the book's form, which trains with chapter 5's training code."""
+    return [
+        _cell("markdown", "# A probe chapter"),
+        _cell("code", "profile = None"),
+        _cell(
+            "code",
+            "import numpy as np\n"
+            "from toycore.claims import Ledger\n"
+            "from toycore.experiments import rug_training as rt\n"
+            "from toycore.plots import glue, show\n"
+            "from toycore.plots import persian_rug as plots\n"
+            'ledger = Ledger("99_probe", profile)',
+        ),
+        _cell("markdown", "## 1. Training\n\nProse."),
+        _cell(
+            "code",
+            "sweep = rt.train_group(64, [0.05], 16, [0, 1], max_steps=100)\n"
+            "print(sweep.loss)  # a display",
+        ),
+        _cell("code", f"show(plots.weight_block(sweep.{shown}[0], sweep.b[0]))\nglue(x=1)"),
+        _cell(
+            "code",
+            "ledger.close_to(\n"
+            f'    "probe.loss", "{claim}", "§1",\n'
+            f"    expected=0.01, measured={measured}, tolerance={tolerance},\n"
+            '    note=f"{sweep.loss.size} models",\n'
+            ")\n"
+            'ledger.table("probe.")',
+        ),
+        _cell("markdown", "## Claims ledger"),
+        _cell("code", "ledger.save()\nledger.table()"),
+    ]
+
+
+@pytest.fixture(scope="module")
+def original():
+    return Code.from_folder(PACKAGE)
+
+
+def _keys(code):
+    """Every chapter's record key and the probe's."""
+    keys = {
+        chapter: notebook_dependencies(
+            code,
+            json.loads((REPO_ROOT / "chapters" / f"{chapter}.ipynb").read_text())["cells"],
+            "paper",
+        ).key
+        for chapter in CHAPTERS
+    }
+    keys["99_probe"] = notebook_dependencies(code, probe_cells(), "paper").key
+    return keys
+
+
+def _cached_functions(code):
+    """The qualified names of every @cached function in ``code``."""
+    return sorted(
+        unit.name
+        for unit in code.units.values()
+        if unit.kind == "function"
+        and any(
+            (isinstance(d, ast.Name) and d.id == "cached")
+            or (isinstance(d, ast.Call) and getattr(d.func, "id", None) == "cached")
+            for d in unit.node.decorator_list
+        )
+    )
+
+
+def _result_keys(code):
+    return {name: code.function_key(name) for name in _cached_functions(code)}
+
+
+@pytest.fixture
+def copy(tmp_path):
+    """A copy of toycore to edit: (folder, edit(relative path, old, new))."""
+    folder = tmp_path / "toycore"
+    shutil.copytree(PACKAGE, folder, ignore=shutil.ignore_patterns("__pycache__"))
+
+    def edit(relative, old, new):
+        path = folder / relative
+        text = path.read_text()
+        assert old in text, f"{old!r} is not in {relative}"
+        path.write_text(text.replace(old, new, 1))
+
+    return folder, edit
+
+
+def _add_statement(path, function, statement):
+    """Add ``statement`` at the start of ``function``'s body in the file ``path`` (written back
+    through ast.unparse: its formatting changes too, which counts for nothing)."""
+    tree = ast.parse(path.read_text())
+    (node,) = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == function]
+    node.body.insert(0, ast.parse(statement).body[0])
+    path.write_text(ast.unparse(tree))
+
+
+def _retell(text):
+    """``text`` with every docstring reworded, a comment on every line that can hold one and
+    its formatting changed (blank lines, a wrapped call), keeping its meaning."""
+    tree = ast.parse(text)
+    lines = text.splitlines()
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr):
+            first = body[0].value
+            if isinstance(first, ast.Constant) and isinstance(first.value, str):
+                line = lines[first.lineno - 1]
+                quote = line.index('"""', first.col_offset)
+                lines[first.lineno - 1] = line[: quote + 3] + "Reworded. " + line[quote + 3 :]
+    # a comment after every statement that ends its line (not inside a string)
+    ends = {n.end_lineno for n in ast.walk(tree) if isinstance(n, ast.stmt)}
+    starts = {n.lineno for n in ast.walk(tree) if isinstance(n, ast.stmt)}
+    strings = {
+        k
+        for n in ast.walk(tree)
+        if isinstance(n, (ast.Constant, ast.JoinedStr)) and n.end_lineno > n.lineno
+        for k in range(n.lineno, n.end_lineno + 1)
+    }
+    out = []
+    for number, line in enumerate(lines, start=1):
+        if number in ends and number not in strings and not line.rstrip().endswith("\\"):
+            line += "  # a comment"
+        if number in starts and number not in strings and line.strip():
+            out.append("")  # a blank line: formatting
+        out.append(line)
+    return "\n".join(out) + "\n"
+
+
+def test_a_syntax_tree_is_written_the_same_with_or_without_empty_fields():
+    tree = ast.parse("def f(x):\n    return x + 1").body[0]
+    with_empty = ast.parse("def f(x):\n    return x + 1").body[0]
+    with_empty.type_params = []  # what Python 3.12 adds to every function
+    assert serialise(tree) == serialise(with_empty)
+    assert serialise(tree) != serialise(ast.parse("def f(x):\n    return x + 2").body[0])
+
+
+def test_docstrings_comments_and_formatting_anywhere_in_toycore_stale_nothing(copy, original):
+    folder, _ = copy
+    for path in folder.rglob("*.py"):
+        path.write_text(_retell(path.read_text()))
+    edited = Code.from_folder(folder)
+    assert edited.texts != original.texts  # the edit happened
+    assert _keys(edited) == _keys(original)
+    assert _result_keys(edited) == _result_keys(original)
+    assert len(_result_keys(original)) > 20  # every chapter's cached functions
+
+
+def test_an_edit_to_chapter_5s_training_stales_its_record_and_results_and_no_others(copy, original):
+    folder, _ = copy
+    # a function that chapter 5's training calls: the learning rate of the authors' recipe
+    _add_statement(
+        folder / "experiments" / "rug_training.py", "learning_rate", "features = 2 * features"
+    )
+    edited = Code.from_folder(folder)
+    before, after = _keys(original), _keys(edited)
+    stale = sorted(chapter for chapter in before if before[chapter] != after[chapter])
+    assert stale == ["05_persian_rug", "99_probe"]
+    results_before, results_after = _result_keys(original), _result_keys(edited)
+    rekeyed = sorted(name for name in results_before if results_before[name] != results_after[name])
+    assert rekeyed == ["toycore.experiments.rug_training.train_group"]
+    # and the record says what changed, in a short list
+    probe = notebook_dependencies(original, probe_cells(), "paper")
+    now = notebook_dependencies(edited, probe_cells(), "paper")
+    assert changes(probe, now) == ["experiments.rug_training.learning_rate"]
+
+
+def test_an_edit_to_a_shared_training_function_stales_the_chapters_that_train_with_it(
+    copy, original
+):
+    folder, _ = copy
+    _add_statement(folder / "train.py", "train", "steps = steps + 1")
+    before, after = _keys(original), _keys(Code.from_folder(folder))
+    stale = sorted(chapter for chapter in before if before[chapter] != after[chapter])
+    # chapters 1 to 4 train with train(); chapter 5 (and the probe) with train_until_converged
+    assert stale == CHAPTERS[:4]
+
+
+def test_edits_to_plots_widgets_and_the_build_stale_nothing(copy, original):
+    folder, _ = copy
+    neutral = [
+        *(folder / "plots").glob("*.py"),
+        folder / "widgets.py",
+        *(folder / "book").glob("*.py"),
+        folder / "records.py",
+        folder / "paths.py",
+        folder / "progress.py",
+        folder / "shards.py",
+    ]
+    for path in neutral:  # a statement added to every function: real code, not a comment
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                node.body.insert(0, ast.parse("_edited = 1").body[0])
+        path.write_text(ast.unparse(tree))
+    edited = Code.from_folder(folder)
+    assert _keys(edited) == _keys(original)
+    assert _result_keys(edited) == _result_keys(original)
+
+
+def test_a_ledger_cell_s_tolerance_or_measured_expression_stales_the_record(original):
+    base = notebook_dependencies(original, probe_cells(), "paper")
+    tolerance = notebook_dependencies(original, probe_cells(tolerance="0.1"), "paper")
+    measured = notebook_dependencies(
+        original, probe_cells(measured="np.median(sweep.loss)"), "paper"
+    )
+    assert base.key != tolerance.key and base.key != measured.key
+    assert changes(base, tolerance) == ["the code of §1 cell 3"]
+    # words and displays change no verdict: a reworded claim, another figure
+    for same in (probe_cells(claim="the claim, reworded"), probe_cells(shown="b")):
+        assert notebook_dependencies(original, same, "paper").key == base.key
+
+
+def test_a_paper_record_counts_only_the_paper_sizes(copy, original):
+    folder, _ = copy
+    sizes = folder / "sizes.py"
+    text = sizes.read_text()
+    table = text.index("PERSIAN_RUG = dict(")
+    entries = {name: text.index(f"{name}=dict(", table) for name in ("ci", "cpu", "paper")}
+
+    def with_sweep_of(entry, text):  # one more size in that profile's ns sweep
+        start = text.index("sweep_sizes=[", entries[entry])
+        return text[:start] + "sweep_sizes=[8, " + text[start + len("sweep_sizes=[") :]
+
+    sizes.write_text(with_sweep_of("ci", text))
+    assert _keys(Code.from_folder(folder)) == _keys(original)  # no paper record reads ci's
+    sizes.write_text(with_sweep_of("paper", text))
+    after, before = _keys(Code.from_folder(folder)), _keys(original)
+    assert sorted(chapter for chapter in before if before[chapter] != after[chapter]) == [
+        "05_persian_rug"
+    ]
+
+
+def _git(root, *args):
+    subprocess.run(["git", *args], cwd=root, check=True, capture_output=True)
+
+
+def test_a_record_made_before_keys_listed_dependencies_is_carried_over(tmp_path):
+    """A record without dependencies gets those of the commit it was recorded at: current when
+    that code is the code now, stale (saying what changed) when not."""
+    root = tmp_path / "repo"
+    shutil.copytree(PACKAGE, root / "toycore", ignore=shutil.ignore_patterns("__pycache__"))
+    (root / "chapters").mkdir()
+    notebook = {"cells": probe_cells(), "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    (root / "chapters" / "99_probe.ipynb").write_text(json.dumps(notebook))
+    _git(root, "init", "-q")
+    _git(root, "add", ".")
+    _git(root, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "recorded")
+    commit = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True
+    ).stdout.strip()
+    folder = root / "results" / "paper"
+    folder.mkdir(parents=True)
+    old = dict(
+        chapter="99_probe",
+        profile="paper",
+        provenance=dict(commit=commit, code="0ld"),
+        rows=[],
+    )
+    (folder / "99_probe.json").write_text(json.dumps(old))
+    assert records.carry_over("99_probe", folder, root, log=lambda line: None) == []
+    carried = json.loads((folder / "99_probe.json").read_text())
+    assert (
+        carried["provenance"]["commit"] == commit and carried["provenance"]["code_before"] == "0ld"
+    )
+    assert carried["provenance"]["code"] == carried["dependencies"]["key"]
+    # the same record, carried over after the training changed, is stale and says why
+    (folder / "99_probe.json").write_text(json.dumps(old))
+    training = root / "toycore" / "experiments" / "rug_training.py"
+    training.write_text(training.read_text().replace("BATCH = 1024", "BATCH = 512"))
+    assert records.carry_over("99_probe", folder, root, log=lambda line: None) == [
+        "experiments.rug_training.BATCH"
+    ]

@@ -1,0 +1,282 @@
+"""The reports made from the chapters' claims ledgers and the paper records: the intro's
+summary and its claim-by-claim comparison with the texts' sizes, and the findings page."""
+
+import html
+import re
+
+from ..claims import anchor, outside
+
+LEDGER_MARKER = "<!-- claims-ledger -->"
+PAPER_MARKER = "<!-- paper-ledger -->"
+FINDINGS_MARKER = "<!-- findings -->"
+# The text each chapter follows (its title and bibliography key), for the findings page.
+TEXTS = {
+    "01_linear_autoencoders": (
+        "Notes on the mathematics of toy autoencoding problems",
+        "notes_toy_autoencoding",
+    ),
+    "02_relu_output_model": ("Toy Models of Superposition", "elhage2022superposition"),
+    "03_incidental_polysemanticity": ("Incidental polysemanticity", "lecomte2023incidental"),
+    "04_sparsity_from_noise": ("Incidental polysemanticity", "lecomte2023incidental"),
+    "05_persian_rug": ("The Persian Rug", "persianrug2024"),
+}
+LEDGER_ANCHOR = "claims-ledger"  # the id of each chapter's "## Claims ledger" heading
+
+
+def ledger_summary(ledgers, titles):
+    """The intro page's table of every chapter's claims ledger, linking to each chapter's table."""
+    lines = [
+        "| chapter | profile | claims | reproduce | do not reproduce | outside the text's regime "
+        "| ledger |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    failing = []
+    for stem, rows in ledgers.items():
+        tested = [row for row in rows if not outside(row)]
+        passed = sum(row["passed"] for row in tested)
+        profiles = ", ".join(sorted({row["profile"] for row in rows}))
+        page = f"chapters/{stem}.ipynb"
+        lines.append(
+            f"| [{titles.get(stem, stem)}]({page}) | `{profiles}` | {len(rows)} | {passed} "
+            f"| {len(tested) - passed} | {len(rows) - len(tested)} "
+            f"| [table]({page}#{LEDGER_ANCHOR}) |"
+        )
+        failing += [
+            f"- {titles.get(stem, stem)}: {row['claim']}"
+            + (" (explained in the chapter)" if row["known_failure"] else " (**unexpected**)")
+            for row in tested
+            if not row["passed"]
+        ]
+    if failing:
+        lines += ["", "Claims that did not reproduce in this build:", ""] + failing
+    return "\n".join(lines)
+
+
+def verdict_words(row):
+    """A row's verdict in words, as the chapters' tables give it (HTML): "not run" for a claim
+    a record does not hold; a failure says whether the chapter explains it, a known failure
+    that reproduces says so."""
+    if row is None:
+        return "not run"
+    if outside(row):
+        return "outside the text's regime"
+    if row["passed"]:
+        if row.get("known_failure"):
+            return "reproduces, <strong>unexpected</strong>: listed as a known failure"
+        return "reproduces"
+    words = "<strong>does not reproduce</strong>"
+    return words + (" (explained)" if row.get("known_failure") else ", <strong>unexpected</strong>")
+
+
+def _stale_sentence(changed):
+    """One sentence on a stale record: what changed since it was made."""
+    return (
+        f"The record is stale: since it was made, this changed: {html.escape(', '.join(changed))}."
+    )
+
+
+def paper_comparison(ledgers, recorded, titles, stale):
+    """The intro's claim-by-claim table: this build's verdict beside the paper profile's
+    recorded one, with where and when that was recorded. ``recorded``: {chapter: record}
+    (``toycore.records.load``); ``stale``: {chapter: what changed since its record was made,
+    empty when it is current} (``toycore.records.stale_chapters``)."""
+    lines = []
+    for stem in list(ledgers) + [stem for stem in recorded if stem not in ledgers]:
+        rows = {row["id"]: row for row in ledgers.get(stem, [])}
+        record = recorded.get(stem)
+        paper = {row["id"]: row for row in record["rows"]} if record else {}
+        lines += [f"### [{titles.get(stem, stem)}](chapters/{stem}.ipynb)", ""]
+        if record is None:
+            lines.append("The paper profile has not been run for this chapter yet.")
+        else:
+            given = record["provenance"]
+            changes = " with uncommitted changes" if given["uncommitted_changes"] else ""
+            tested = [row for row in paper.values() if not outside(row)]
+            held = f" of {record['partial']}" if record.get("partial") else ""
+            lines.append(
+                f"Paper profile{held} recorded {given['recorded']} on {given['device']} "
+                f"(`{given['device_type']}`), torch {given['torch']}, commit "
+                f"`{given['commit'][:10]}`{changes}, in {given['wall_time_s'] / 60:.1f} min "
+                f"({given['chapters_at_once']} chapter(s) at a time): "
+                f"{sum(row['passed'] for row in tested)} of {len(tested)} reproduce"
+                + (
+                    f", {len(paper) - len(tested)} outside the text's regime."
+                    if len(tested) < len(paper)
+                    else "."
+                )
+            )
+            if record.get("partial"):
+                lines.append(
+                    " The other rows have not been run at the texts' sizes (**not run** below)."
+                )
+            if stale.get(stem):
+                lines.append(" " + _stale_sentence(stale[stem]))
+        build_profile = next(iter(rows.values()))["profile"] if rows else "?"
+        table = [
+            '<table class="paper-comparison"><tr><th>claim</th>'
+            f"<th>this build (<code>{build_profile}</code>)</th><th>paper profile</th></tr>"
+        ]
+        for claim_id in list(rows) + [k for k in paper if k not in rows]:
+            row = rows.get(claim_id) or paper[claim_id]
+            here = verdict_words(rows[claim_id]) if claim_id in rows else "not in this build"
+            there = (
+                verdict_words(paper[claim_id])
+                if claim_id in paper
+                else "not run"
+                if record is None or record.get("partial")
+                else "not recorded"
+            )
+            table.append(
+                f"<tr><td>{html.escape(row['claim'])}</td><td>{here}</td><td>{there}</td></tr>"
+            )
+        lines += ["", "".join(table) + "</table>", ""]
+    return "\n".join(lines)
+
+
+def _chapter(stem):
+    """ "chapter 3" for ``03_incidental_polysemanticity``."""
+    return f"chapter {int(stem.split('_')[0])}"
+
+
+def _link(stem, row_anchors, claim_id):
+    """A link to a claim's row in its section's table, else to the chapter's ledger."""
+    target = anchor(claim_id) if anchor(claim_id) in row_anchors else LEDGER_ANCHOR
+    return f'<a href="chapters/{stem}.html#{target}">{_chapter(stem)}</a>'
+
+
+def _value(row):
+    """What a row measured, against what the claim expects, in a few characters."""
+    measured = f"{row['measured']:.4g}"
+    if row.get("spread") is not None:
+        measured += f" ± {row['spread']:.2g}"
+    bound = {"le": "≤ ", "ge": "≥ "}.get(row["compare"], "")
+    tolerance = (
+        f" ± {row['tolerance']:.3g}" + (" relative" if row["compare"] == "rel" else "")
+        if row["compare"] in ("abs", "rel") and row["tolerance"]
+        else ""
+    )
+    return f"{measured} (the claim: {bound}{row['expected']:.4g}{tolerance})"
+
+
+def _side(row, stale=False):
+    """One side's cell in the findings table: the verdict, the value where it fails or
+    contradicts a known failure, and a warning when it comes from a stale record."""
+    if row is None:
+        return "not run"
+    words = verdict_words(row)
+    if not outside(row) and row["passed"] == bool(row.get("known_failure")):
+        words += f": {html.escape(_value(row))}"
+    if stale:
+        words += " <em>(from a stale record)</em>"
+    return words
+
+
+def _failure_why(rows):
+    """The explanation of a failing claim: the ``why`` of a side where it is a known failure
+    and fails; a failure that no side explains is unexpected."""
+    for row in rows:
+        if row and not outside(row) and not row["passed"] and row.get("known_failure"):
+            return html.escape(row.get("why") or "explained in the chapter")
+    return "<strong>unexpected</strong>: not explained yet"
+
+
+def findings(ledgers, corrections, recorded, anchors, stale):
+    """The findings page's body, grouped by text: the claims that do not reproduce, in this
+    build or at the texts' sizes, each with the one-sentence explanation of a side where the
+    chapter expects the failure (a failure no side explains is **unexpected**, with its value);
+    the known failures that reproduce after all; the slips in the text that the chapters repair;
+    and, apart, the claims checked outside a text's regime. ``corrections``: {chapter: entries}
+    (``toycore.claims.load_corrections``); ``anchors``: {chapter: the row anchors its page has}
+    (``row_anchors``); ``stale``: {chapter: what changed since its record was made}."""
+    lines = []
+    texts = {}
+    for stem in ledgers:
+        texts.setdefault(TEXTS[stem], []).append(stem)
+    for (name, key), stems in texts.items():
+        failing, contradicted, repaired, beyond, warnings = [], [], [], [], []
+        for stem in stems:
+            here = {row["id"]: row for row in ledgers[stem]}
+            record = recorded.get(stem)
+            there = {row["id"]: row for row in record["rows"]} if record else {}
+            old = bool(stale.get(stem))
+            if record and old:
+                warnings.append(
+                    f"{_chapter(stem).capitalize()}'s record at the texts' sizes is stale: "
+                    f"since it was made, this changed: {', '.join(stale[stem])}. Its verdicts "
+                    "below may not be what the code now gives."
+                )
+            page = anchors.get(stem, ())
+            for claim_id in list(here) + [k for k in there if k not in here]:
+                mine, theirs = here.get(claim_id), there.get(claim_id)
+                row = mine or theirs
+                sides = [r for r in (mine, theirs) if r]
+                start = (
+                    f"<tr><td>{html.escape(row['claim'])}</td>"
+                    f"<td>{_link(stem, page, claim_id)}</td>"
+                )
+                cells = (
+                    f"<td>{_side(mine)}</td>"
+                    f"<td>{_side(theirs, old) if record else 'no record'}</td></tr>"
+                )
+                if any(not outside(r) and not r["passed"] for r in sides):
+                    failing.append(f"{start}<td>{_failure_why(sides)}</td>{cells}")
+                elif any(not outside(r) and r.get("known_failure") for r in sides):
+                    why = next(r.get("why") for r in sides if r.get("known_failure"))
+                    contradicted.append(f"{start}<td>{html.escape(why or '')}</td>{cells}")
+                elif all(outside(r) for r in sides):
+                    beyond.append(
+                        f"{start}<td>{html.escape(row['outside_regime'])}</td>"
+                        f"<td>{'holds' if row['passed'] else 'does not hold'}</td></tr>"
+                    )
+            repaired += [
+                f"<tr><td>{html.escape(entry['source'])}</td><td>{html.escape(entry['text'])}</td>"
+                f"<td>{html.escape(entry['fix'])}</td>"
+                f'<td><a href="chapters/{stem}.html">{_chapter(stem)}</a></td></tr>'
+                for entry in corrections.get(stem, [])
+            ]
+        chapters = " and ".join(f"[{_chapter(stem)}](chapters/{stem}.ipynb)" for stem in stems)
+        lines += [f"## {name}", "", f"{{cite:t}}`{key}`, checked in {chapters}.", ""]
+        lines += [f"**Warning.** {html.escape(warning)}\n" for warning in warnings]
+        head = (
+            "<tr><th>claim</th><th>chapter</th><th>why</th><th>this build</th>"
+            "<th>the texts' sizes</th></tr>"
+        )
+        if failing:
+            lines += [
+                '<table class="findings"><caption>Claims that do not reproduce</caption>'
+                + head
+                + "".join(failing)
+                + "</table>",
+                "",
+            ]
+        else:
+            lines += ["Every claim of this text that the book checks reproduces.", ""]
+        if contradicted:
+            lines += [
+                '<table class="findings"><caption>Known failures that reproduce after all '
+                "(the chapter's explanation needs another look)</caption>"
+                + head.replace(">why<", ">the explanation given<")
+                + "".join(contradicted)
+                + "</table>",
+                "",
+            ]
+        if repaired:
+            lines += [
+                '<table class="findings"><caption>Slips in the text that the book repairs'
+                "</caption><tr><th>where</th><th>the text has</th><th>the book</th>"
+                "<th>chapter</th></tr>" + "".join(repaired) + "</table>",
+                "",
+            ]
+        if beyond:
+            lines += [
+                '<table class="findings"><caption>Checked outside the text\'s regime (not '
+                "counted)</caption><tr><th>claim</th><th>chapter</th><th>why outside</th>"
+                "<th>here</th></tr>" + "".join(beyond) + "</table>",
+                "",
+            ]
+    return "\n".join(lines)
+
+
+def row_anchors(notebook):
+    """The claim-row anchors an executed chapter's outputs hold."""
+    return set(re.findall(r'id=\\?"(claim-[\w-]+)', notebook.read_text()))

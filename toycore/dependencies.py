@@ -1,0 +1,727 @@
+"""What a number depends on: the code it can depend on, found by reading that code.
+
+A cached result's key and a paper record's key cover exactly the code their numbers can
+depend on, so that an edit which changes no number (a comment, a docstring, a figure, the
+build) keeps every result and record current, and an edit which can change one stales exactly
+the results and records that run it.
+
+**Units.** toycore's source is read as a set of units: each module-level function, constant
+(``X = ...``), class header (its bases, decorators and class-level statements), method, and a
+module's other top-level statements (its *preamble*). A unit's digest is the sha256 of its
+syntax tree, normalised: docstrings, comments and formatting are gone, and so are the things
+that cannot change a number: annotations of arguments and returns, the messages of ``raise``
+and ``assert``, and ``print`` calls.
+
+**Closure.** A unit depends on the units its names resolve to in its module (through
+``import`` and ``from ... import``, relative or not, and attribute chains such as
+``th.rug_loss``), followed transitively. A method called on an object whose class no name
+reveals (``model.step()``) is covered by every method of that name in the classes already in
+the closure; an included class brings its dunder methods and ``forward`` (called implicitly).
+A local name that shadows a module's global is read as the global: where it cannot be sure,
+the closure covers more. Modules that cannot change a number are left out (``NEUTRAL``: the
+cache, shards, progress bars, plots, widgets, records, the build); so are libraries outside
+toycore, whose versions are part of each key instead.
+
+**Why static.** Tracing what runs (``sys.settrace``, coverage) would see only the branches that
+one run took, so a paper-size branch that a small run skips would be missing from the key: too
+narrow. Reading the code covers every branch, runs nothing, is cheap, and can be done on any
+commit's source (``Code.from_folder``), which is how a record made before this key existed is
+checked. joblib.Memory compares a function's raw text alone (a comment re-runs it, a changed
+helper does not); redun hashes a task's raw source and leaves plain helpers and constants out;
+Hamilton normalises a node's source but does not follow the functions it calls.
+
+**A chapter's record** (``notebook_dependencies``) depends on the code cells of the chapter
+that feed its ledger rows, sliced backwards from the rows statement by statement (with the
+rows' texts, claim, source, note and why, left out: they change no verdict), on the toycore
+closure of the names those statements use, the verdict logic of ``toycore.claims`` included,
+and on the sizes of its own profile (a table keyed by every profile counts only its entry for
+that profile). Display statements (``show``, ``glue``, ``print``, ``ledger.table()``) feed no
+row; any other statement that is a bare call is kept, since it may change state.
+"""
+
+import ast
+import copy
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+PACKAGE_NAME = "toycore"
+# Modules whose code cannot change a number (prefixes of dotted names).
+NEUTRAL = (
+    "toycore.cache",
+    "toycore.dependencies",
+    "toycore.shards",
+    "toycore.progress",
+    "toycore.plots",
+    "toycore.widgets",
+    "toycore.records",
+    "toycore.paths",
+    "toycore.offline",
+    "toycore.book",
+)
+# The ledger's forms that add a row (toycore.claims.Ledger); its other methods add none.
+ROW_FORMS = ("close_to", "at_most", "at_least", "equal")
+# A row's words, which change no verdict: positional claim and source, keywords note and why.
+ROW_TEXT_POSITIONS = (1, 2)
+ROW_TEXT_KEYWORDS = ("note", "why")
+DISPLAY_CALLS = ("print", "display")
+IMPLICIT_METHODS = ("forward",)  # torch's Module.__call__ calls it
+PROFILES = ("ci", "cpu", "paper")  # as toycore.profiles.PROFILES, without importing it
+
+
+def _is_neutral(name):
+    return any(name == module or name.startswith(module + ".") for module in NEUTRAL)
+
+
+def _digest(text):
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+class _Normalise(ast.NodeTransformer):
+    """What can change no number, taken out of a tree (comments and formatting never get in)."""
+
+    def _body(self, body):
+        if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+            if isinstance(body[0].value.value, str):
+                body = body[1:]  # a docstring
+        return [node for node in body if not _is_print(node)] or [ast.Pass()]
+
+    def generic_visit(self, node):
+        super().generic_visit(node)
+        for name in ("body", "orelse", "finalbody"):
+            value = getattr(node, name, None)
+            if isinstance(value, list) and value and isinstance(value[0], ast.stmt):
+                setattr(node, name, self._body(value))
+        return node
+
+    def visit_arg(self, node):
+        node.annotation = None
+        return node
+
+    def visit_FunctionDef(self, node):
+        node.returns = None
+        return self.generic_visit(node)
+
+    visit_AsyncFunctionDef = visit_FunctionDef
+
+    def visit_Raise(self, node):
+        if isinstance(node.exc, ast.Call):  # raise ValueError(message): the type alone
+            node.exc = node.exc.func
+        return node
+
+    def visit_Assert(self, node):
+        node.msg = None
+        return self.generic_visit(node)
+
+
+def _is_print(node):
+    return (
+        isinstance(node, ast.Expr)
+        and isinstance(node.value, ast.Call)
+        and isinstance(node.value.func, ast.Name)
+        and node.value.func.id == "print"
+    )
+
+
+def _dump(node):
+    return serialise(_Normalise().visit(_copy(node)))
+
+
+def serialise(node):
+    """A syntax tree as text, the same on every Python version the package supports: like
+    ``ast.dump``, but leaving out empty fields, which newer Pythons add (``type_params=[]``)."""
+    if isinstance(node, ast.AST):
+        fields = []
+        for name in node._fields:
+            value = getattr(node, name, None)
+            if value is not None and value != []:
+                fields.append(f"{name}={serialise(value)}")
+        return f"{type(node).__name__}({', '.join(fields)})"
+    if isinstance(node, list):
+        return f"[{', '.join(serialise(item) for item in node)}]"
+    return repr(node)
+
+
+def _copy(node):
+    return copy.deepcopy(node)
+
+
+@dataclass
+class Unit:
+    """A piece of a module that a name can reach: see the module's docstring."""
+
+    name: str  # dotted: toycore.models.ToyModel.step
+    module: str
+    node: ast.AST  # a statement, or a ClassDef whose methods are units of their own
+    kind: str  # function, class, method, constant, preamble
+    methods: dict = field(default_factory=dict)  # a class's: {name: unit name}
+
+
+class _Module:
+    def __init__(self, name, text, is_package):
+        self.name, self.is_package = name, is_package
+        self.tree = ast.parse(text)
+        self.units = {}  # unit name -> Unit
+        # a global name -> [("unit", name) | ("module", name) | ("from", module, attribute)]
+        self.globals = {}
+        preamble = []
+        for node in self.tree.body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                self._add(node.name, Unit(f"{name}.{node.name}", name, node, "function"))
+            elif isinstance(node, ast.ClassDef):
+                self._add_class(node)
+            elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                names = [n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)]
+                if not names:
+                    preamble.append(node)
+                    continue
+                unit = Unit(f"{name}.{names[0]}", name, node, "constant")
+                if unit.name in self.units:  # defined twice: one unit for both
+                    unit.name += f"#{node.lineno}"
+                for target in names:
+                    self._add(target, unit)
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.asname:
+                        self.globals.setdefault(alias.asname, []).append(("module", alias.name))
+                    else:  # import a.b binds a
+                        top = alias.name.split(".")[0]
+                        self.globals.setdefault(top, []).append(("module", top))
+            elif isinstance(node, ast.ImportFrom):
+                source = self._absolute(node)
+                for alias in node.names:
+                    if alias.name == "*":
+                        continue
+                    self.globals.setdefault(alias.asname or alias.name, []).append(
+                        ("from", source, alias.name)
+                    )
+            elif _is_docstring(node):
+                continue
+            else:
+                preamble.append(node)
+        self.preamble = None
+        if preamble:
+            self.preamble = Unit(f"{name}.<preamble>", name, ast.Module(preamble, []), "preamble")
+            self.units[self.preamble.name] = self.preamble
+            for node in preamble:
+                for stored in _stored_names(node):
+                    self.globals.setdefault(stored, []).append(("unit", self.preamble.name))
+
+    def _add(self, name, unit):
+        self.units[unit.name] = unit
+        self.globals.setdefault(name, []).append(("unit", unit.name))
+
+    def _add_class(self, node):
+        header = ast.ClassDef(
+            name=node.name,
+            bases=node.bases,
+            keywords=node.keywords,
+            body=[
+                n
+                for n in node.body
+                if not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+                and not _is_docstring(n)
+            ]
+            or [ast.Pass()],
+            decorator_list=node.decorator_list,
+        )
+        unit = Unit(f"{self.name}.{node.name}", self.name, header, "class")
+        for method in node.body:
+            if isinstance(method, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                child = Unit(f"{unit.name}.{method.name}", self.name, method, "method")
+                self.units[child.name] = child
+                unit.methods.setdefault(method.name, []).append(child.name)
+        self._add(node.name, unit)
+
+    def _absolute(self, node):
+        if not node.level:
+            return node.module
+        parts = self.name.split(".")
+        package = parts if self.is_package else parts[:-1]
+        base = package[: len(package) - node.level + 1]
+        return ".".join(base + ([node.module] if node.module else []))
+
+
+def _is_docstring(node):
+    return (
+        isinstance(node, ast.Expr)
+        and isinstance(node.value, ast.Constant)
+        and isinstance(node.value.value, str)
+    )
+
+
+def _stored_names(node):
+    return {
+        n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
+    }
+
+
+def _attribute_chain(node):
+    """``a.b.c`` -> ("a", ["b", "c"]); None when the chain does not start at a name."""
+    attributes = []
+    while isinstance(node, ast.Attribute):
+        attributes.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        return node.id, attributes[::-1]
+    return None
+
+
+class Code:
+    """toycore's source, read into units: ``Code(texts)`` from {module name: source text}."""
+
+    def __init__(self, texts):
+        self.texts = dict(texts)
+        self.modules = {}
+        for name, text in self.texts.items():
+            short = name.removesuffix(".__init__")
+            self.modules[short] = _Module(short, text, name.endswith(".__init__"))
+        self.units = {u: unit for m in self.modules.values() for u, unit in m.units.items()}
+        self._digests, self._references = {}, {}
+
+    @classmethod
+    def from_folder(cls, folder, package=PACKAGE_NAME):
+        """The source of the package in ``folder`` (its .py files, tests and caches left out)."""
+        folder = Path(folder)
+        texts = {}
+        for path in sorted(folder.rglob("*.py")):
+            relative = path.relative_to(folder)
+            if "__pycache__" in relative.parts or not all(
+                part.isidentifier() for part in relative.with_suffix("").parts
+            ):
+                continue
+            texts[".".join((package, *relative.with_suffix("").parts))] = path.read_text()
+        return cls(texts)
+
+    # -- resolving names ----------------------------------------------------------------------
+
+    def _resolve_in_module(self, module, name, seen=None):
+        """What ``name`` means at the top level of ``module``: [("unit", u) | ("module", m)]."""
+        seen = seen or set()
+        if (module, name) in seen:
+            return []
+        seen.add((module, name))
+        found = []
+        info = self.modules.get(module)
+        for entry in info.globals.get(name, []) if info else []:
+            if entry[0] == "from":
+                found += self._member(entry[1], entry[2], seen)
+            else:
+                found.append(entry)
+        return found
+
+    def _member(self, module, attribute, seen=None):
+        """``module.attribute``: a unit, a submodule, or a name the module imports."""
+        if module is None:
+            return []
+        if module in self.modules:
+            found = self._resolve_in_module(module, attribute, seen)
+            if found:
+                return found
+        if f"{module}.{attribute}" in self.modules:
+            return [("module", f"{module}.{attribute}")]
+        return []
+
+    def _resolve_chain(self, entries, attributes):
+        """The units reached by following ``.attr`` through modules and classes."""
+        units = set()
+        for kind, target in entries:
+            rest = list(attributes)
+            while rest and kind == "module":
+                step = self._member(target, rest[0])
+                if not step:
+                    break
+                rest.pop(0)
+                # several meanings of one name: follow the first module, keep every unit
+                for other_kind, other in step[1:]:
+                    if other_kind == "unit":
+                        units.add(other)
+                kind, target = step[0]
+            if kind == "module":
+                if target.startswith(PACKAGE_NAME + ".") or target == PACKAGE_NAME:
+                    module = self.modules.get(target)
+                    if module and module.preamble:
+                        units.add(module.preamble.name)
+                continue
+            units.add(target)
+            unit = self.units.get(target)
+            if unit is not None and unit.kind == "class" and rest:
+                units.update(unit.methods.get(rest[0], []))
+        return units
+
+    def references(self, unit_name):
+        """The units a unit names, and the attribute names it reads (on modules, classes or
+        objects no name reveals): (set of unit names, set of attribute names)."""
+        if unit_name not in self._references:
+            unit = self.units[unit_name]
+            module = self.modules[unit.module]
+            units, loose = self.resolve_names(module.globals, unit.node)
+            if unit.kind == "method":  # its class, whose fields and bases it uses
+                units.add(unit_name.rsplit(".", 1)[0])
+            if module.preamble:
+                units.add(module.preamble.name)
+            units.discard(unit_name)
+            self._references[unit_name] = (units, loose)
+        return self._references[unit_name]
+
+    def resolve_names(self, namespace, node):
+        """The units that ``node``'s names reach through ``namespace`` ({name: [entries]}, as a
+        module's globals), and every attribute name it reads: (units, attribute names). Each
+        name and each attribute chain (``a.b.c``, and within it ``a.b``) is resolved."""
+        units, loose = set(), set()
+        for child in ast.walk(node):
+            if isinstance(child, ast.Attribute):
+                loose.add(child.attr)
+                chain = _attribute_chain(child)
+            elif isinstance(child, ast.Name) and isinstance(child.ctx, ast.Load):
+                chain = (child.id, [])
+            else:
+                continue
+            if chain is None or chain[0] not in namespace:
+                continue
+            entries = []
+            for entry in namespace[chain[0]]:
+                if entry[0] == "from":
+                    entries += self._member(entry[1], entry[2])
+                else:
+                    entries.append(entry)
+            units |= self._resolve_chain(entries, chain[1])
+        return units, loose
+
+    # -- closure and digests ------------------------------------------------------------------
+
+    def closure(self, roots, attributes=(), profile=None):
+        """Every unit that ``roots`` (unit names) depend on, neutral ones left out, with its
+        digest: {unit name: digest}. ``attributes``: names read on objects by code outside
+        toycore (a notebook's cells). ``profile``: count only that profile's entry of a
+        constant that maps every profile to its settings."""
+        included, classes, seen_attributes = set(), set(), set(attributes)
+        todo = list(roots)
+        while todo:
+            name = todo.pop()
+            if name in included or _is_neutral(name) or name not in self.units:
+                continue
+            included.add(name)
+            unit = self.units[name]
+            found, loose = self.references(name)
+            todo += found
+            if unit.kind == "class":
+                classes.add(name)
+                for method, targets in unit.methods.items():
+                    implicit = method.startswith("__") or method in IMPLICIT_METHODS
+                    if implicit or method in seen_attributes:
+                        todo += targets
+            new = loose - seen_attributes
+            seen_attributes |= new
+            for class_name in classes:
+                for method in new:
+                    todo += self.units[class_name].methods.get(method, [])
+        return {name: self.digest(name, profile) for name in sorted(included)}
+
+    def digest(self, unit_name, profile=None):
+        key = (unit_name, profile)
+        if key not in self._digests:
+            node = self.units[unit_name].node
+            if profile is not None:
+                node = _profile_entry(node, profile)
+            self._digests[key] = _digest(_dump(node))
+        return self._digests[key]
+
+    def function_key(self, qualified_name):
+        """The key of a function's results: a hash of its closure's digests."""
+        if qualified_name not in self.units:
+            raise KeyError(f"{qualified_name} is not a function of {PACKAGE_NAME}'s source")
+        return _digest(json.dumps(self.closure([qualified_name])))
+
+
+def _profile_entry(node, profile):
+    """A constant ``X = dict(ci=..., cpu=..., paper=...)`` read as its ``profile`` entry."""
+    value = getattr(node, "value", None)
+    if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id == "dict":
+        entries = {k.arg: k.value for k in value.keywords}
+    elif isinstance(value, ast.Dict) and all(isinstance(k, ast.Constant) for k in value.keys):
+        entries = {k.value: v for k, v in zip(value.keys, value.values)}
+    else:
+        return node
+    if set(entries) != set(PROFILES) or (isinstance(value, ast.Call) and value.args):
+        return node
+    return ast.Expr(entries[profile])
+
+
+# -- a chapter's cells ----------------------------------------------------------------------
+
+
+def section_of(markdown):
+    """The section a chapter's Markdown cell opens: "3" for "## 3. ...", "ledger" for the
+    claims ledger, None for a cell that opens none."""
+    first = markdown.lstrip().splitlines()[0] if markdown.strip() else ""
+    if not first.startswith("## "):
+        return None
+    title = first[3:].strip()
+    number = title.split(".")[0]
+    return number if number.isdigit() else title.lower()
+
+
+def cells_through(cells, section):
+    """A chapter's cells (nbformat dicts) up to the end of its section ``section``, then its
+    last cell, which saves the ledger: what a partial record runs. A clear error if the
+    chapter has no such section or does not end with ``ledger.save()``."""
+    ends = [
+        k
+        for k, cell in enumerate(cells)
+        if cell["cell_type"] == "markdown" and section_of(_text(cell)) == str(section + 1)
+    ]
+    if not ends:
+        raise ValueError(f"the chapter has no section {section + 1} to stop before")
+    if "ledger.save()" not in _text(cells[-1]):
+        raise ValueError("the chapter does not end with ledger.save()")
+    return cells[: ends[0]] + [cells[-1]]
+
+
+def _text(cell):
+    source = cell["source"]
+    return source if isinstance(source, str) else "".join(source)
+
+
+@dataclass
+class Dependencies:
+    """What a record's numbers depend on: ``toycore`` {unit: digest}, ``cells`` [[where,
+    digest]] (the sliced code of each cell that feeds a row, in order), and ``key``, their
+    hash (the cells' places left out: inserting a Markdown cell changes no number)."""
+
+    toycore: dict
+    cells: list
+
+    @property
+    def key(self):
+        return _digest(
+            json.dumps([sorted(self.toycore.items()), [digest for _, digest in self.cells]])
+        )
+
+    def to_json(self):
+        return dict(key=self.key, toycore=self.toycore, cells=self.cells)
+
+    @classmethod
+    def from_json(cls, data):
+        return cls(dict(data["toycore"]), [list(cell) for cell in data["cells"]])
+
+
+def changes(old, new, limit=8):
+    """What changed from ``old`` to ``new`` (Dependencies), as short phrases: the toycore
+    functions and constants changed, added or gone, then the cells."""
+    phrases = []
+    for name in sorted(set(old.toycore) | set(new.toycore)):
+        short = name.removeprefix(PACKAGE_NAME + ".")
+        if name not in old.toycore:
+            phrases.append(f"{short} (new)")
+        elif name not in new.toycore:
+            phrases.append(f"{short} (no longer used)")
+        elif old.toycore[name] != new.toycore[name]:
+            phrases.append(short)
+    old_digests = [digest for _, digest in old.cells]
+    new_digests = [digest for _, digest in new.cells]
+    if old_digests != new_digests:
+        kept = set(old_digests)
+        edited = [where for where, digest in new.cells if digest not in kept]
+        gone = len([d for d in old_digests if d not in set(new_digests)]) - len(edited)
+        phrases += [f"the code of {where}" for where in edited]
+        if gone > 0:
+            phrases.append(f"{gone} cell(s) that fed rows no longer do")
+        if not edited and gone <= 0:
+            phrases.append("the order of the chapter's cells")
+    if len(phrases) > limit:
+        phrases = phrases[: limit - 1] + [f"and {len(phrases) - limit + 1} more"]
+    return phrases
+
+
+def changes_in(old_code, new_code, roots, limit=8):
+    """What changed, from ``old_code`` to ``new_code`` (Code), in the closure of ``roots``."""
+    return changes(
+        Dependencies(old_code.closure(roots), []), Dependencies(new_code.closure(roots), []), limit
+    )
+
+
+def notebook_dependencies(code, cells, profile):
+    """The Dependencies of a chapter whose code cells are ``cells`` (nbformat dicts, in order,
+    Markdown included to name sections), run under ``profile``: see the module's docstring."""
+    statements = []  # (cell index, where, statement)
+    section, counts, places = "setup", {}, {}
+    for index, cell in enumerate(cells):
+        if cell["cell_type"] == "markdown":
+            section = section_of(_text(cell)) or section
+            continue
+        if cell["cell_type"] != "code":
+            continue
+        counts[section] = counts.get(section, 0) + 1
+        places[index] = (
+            f"§{section} cell {counts[section]}"
+            if section[0].isdigit()
+            else f"the {section} cell {counts[section]}"
+        )
+        try:
+            tree = ast.parse(_text(cell))
+        except SyntaxError:
+            tree = ast.parse("")
+        statements += [(index, stmt) for stmt in tree.body]
+
+    namespace = {}  # the cells' imports, to resolve names into toycore
+    for _, stmt in statements:
+        if isinstance(stmt, ast.Import):
+            for alias in stmt.names:
+                bound = alias.asname or alias.name.split(".")[0]
+                target = alias.name if alias.asname else alias.name.split(".")[0]
+                namespace.setdefault(bound, []).append(("module", target))
+        elif isinstance(stmt, ast.ImportFrom) and not stmt.level:
+            for alias in stmt.names:
+                namespace.setdefault(alias.asname or alias.name, []).append(
+                    ("from", stmt.module, alias.name)
+                )
+    ledgers = {
+        target.id
+        for _, stmt in statements
+        if isinstance(stmt, ast.Assign)
+        and isinstance(stmt.value, ast.Call)
+        and code.resolve_names(namespace, stmt.value.func)[0] & {"toycore.claims.Ledger"}
+        for target in stmt.targets
+        if isinstance(target, ast.Name)
+    }
+    slicer = _Slicer(code, namespace, ledgers)
+    kept = slicer.slice([stmt for _, stmt in statements])
+
+    units, attributes, per_cell = set(), set(), {}
+    for (index, stmt), keep in zip(statements, kept):
+        if not keep:
+            continue
+        stmt = slicer.without_words(stmt)
+        found, loose = code.resolve_names(namespace, stmt)
+        units |= found
+        attributes |= loose
+        per_cell.setdefault(index, []).append(serialise(stmt))
+    cell_digests = [
+        [places[index], _digest("\n".join(per_cell[index]))] for index in sorted(per_cell)
+    ]
+    return Dependencies(code.closure(units, attributes, profile), cell_digests)
+
+
+class _Slicer:
+    """Which statements of a chapter feed its ledger rows (see the module's docstring)."""
+
+    def __init__(self, code, namespace, ledgers):
+        self.code, self.namespace, self.ledgers = code, namespace, ledgers
+
+    def _neutral_call(self, call):
+        func = call.func
+        if isinstance(func, ast.Name) and func.id in DISPLAY_CALLS:
+            return True
+        chain = _attribute_chain(func)
+        if chain and chain[0] in self.ledgers and chain[1] and chain[1][0] not in ROW_FORMS:
+            return True  # ledger.table(), ledger.save(), ledger.correction(...)
+        if chain and chain[0] in self.namespace:
+            targets = self._targets(chain)
+            return bool(targets) and all(_is_neutral(t) for t in targets)
+        return False
+
+    def _targets(self, chain):
+        """The dotted names a chain reaches (units or modules), for neutrality."""
+        entries = []
+        for entry in self.namespace[chain[0]]:
+            if entry[0] == "from":
+                found = self.code._member(entry[1], entry[2])
+                entries += found or [("module", f"{entry[1]}.{entry[2]}")]
+            else:
+                entries.append(entry)
+        return [target for _, target in entries]
+
+    def _adds_row(self, stmt):
+        for node in ast.walk(stmt):
+            if isinstance(node, ast.Call):
+                chain = _attribute_chain(node.func)
+                if _is_row_call(chain, self.ledgers):
+                    return True
+        return False
+
+    def _is_display(self, stmt):
+        if isinstance(stmt, ast.Expr):
+            if isinstance(stmt.value, ast.Call):
+                return self._neutral_call(stmt.value)
+            return True  # a bare value, shown by Jupyter
+        return False
+
+    def slice(self, statements):
+        """[bool] per statement: kept, because it adds a row, may change state (a bare call
+        that is not a display), or defines a name that a kept statement later uses."""
+        keep = [
+            self._adds_row(s)
+            or (
+                isinstance(s, ast.Expr)
+                and isinstance(s.value, ast.Call)
+                and not self._is_display(s)
+            )
+            for s in statements
+        ]
+        needed = set()
+        for k in range(len(statements) - 1, -1, -1):
+            stmt = statements[k]
+            if not keep[k] and not self._is_display(stmt) and _defines(stmt) & needed:
+                keep[k] = True
+            if keep[k]:
+                needed |= _uses(self.without_words(stmt))
+        return keep
+
+    def without_words(self, stmt):
+        """``stmt`` with its rows' words and its displays left out (a copy)."""
+        ledgers, slicer = self.ledgers, self
+
+        class Strip(ast.NodeTransformer):
+            def visit_Call(self, node):
+                self.generic_visit(node)
+                chain = _attribute_chain(node.func)
+                if _is_row_call(chain, ledgers):
+                    node.args = [a for k, a in enumerate(node.args) if k not in ROW_TEXT_POSITIONS]
+                    node.keywords = [k for k in node.keywords if k.arg not in ROW_TEXT_KEYWORDS]
+                return node
+
+            def generic_visit(self, node):
+                super().generic_visit(node)
+                for name in ("body", "orelse", "finalbody"):
+                    value = getattr(node, name, None)
+                    if isinstance(value, list) and value and isinstance(value[0], ast.stmt):
+                        kept = [s for s in value if not slicer._is_display(s)]
+                        setattr(node, name, kept or [ast.Pass()])
+                return node
+
+        return Strip().visit(_copy(stmt))
+
+
+def _is_row_call(chain, ledgers):
+    """Whether a call's function, as an attribute chain, is a ledger's row form."""
+    return bool(chain and chain[0] in ledgers and chain[1] and chain[1][0] in ROW_FORMS)
+
+
+def _defines(stmt):
+    """The names a statement binds or changes (``x[k] = v`` and ``x.a = v`` change x)."""
+    names = set()
+    for node in ast.walk(stmt):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, (ast.Subscript, ast.Attribute)) and isinstance(node.ctx, ast.Store):
+            base = node
+            while isinstance(base, (ast.Subscript, ast.Attribute)):
+                base = base.value
+            if isinstance(base, ast.Name):
+                names.add(base.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names |= {a.asname or a.name.split(".")[0] for a in node.names}
+    if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
+        chain = _attribute_chain(stmt.value.func)
+        if chain and chain[1]:  # x.append(v) changes x
+            names.add(chain[0])
+    return names
+
+
+def _uses(stmt):
+    return {n.id for n in ast.walk(stmt) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}

@@ -1,5 +1,6 @@
 """toycore is an installable package: its wheel, installed with the [book] extra into a fresh
-virtual environment, runs the book's command line and imports a chapter's experiments."""
+virtual environment, runs the book's command line and imports a chapter's experiments, and
+finds the book when run in a clone of it (or a folder below), not elsewhere."""
 
 import shutil
 import subprocess
@@ -62,3 +63,11 @@ def test_the_wheel_installs_with_its_book_extra_into_a_fresh_venv(tmp_path):
     assert imported.returncode == 0, imported.stderr
     where, has_config = imported.stdout.split()
     assert where.startswith(str(venv)) and has_config == "True"
+    # In the book's folder (here, a chapter's folder below it, as a chapter's kernel runs), the
+    # installed toycore finds the book: it lists the clone's chapters. Elsewhere it says why not.
+    in_clone = subprocess.run(
+        [python, "-m", "toycore.book", "--chapters", "99"], **{**run, "cwd": REPO_ROOT / "chapters"}
+    )
+    assert "no chapter '99'; the chapters are 01_linear_autoencoders" in in_clone.stderr
+    elsewhere = subprocess.run([python, "-m", "toycore.book", "--profile", "ci"], **run)
+    assert elsewhere.returncode == 1 and "holds no _toc.yml" in elsewhere.stderr

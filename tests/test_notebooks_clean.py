@@ -71,10 +71,11 @@ def _calls(statements):
 
 
 def _keeps_books(statements):
-    """Whether ``statements`` make ledger rows or hand numbers to the prose (glue)."""
+    """Whether ``statements`` make ledger rows, show the ledger or its paper record, or hand
+    numbers to the prose (glue)."""
     return any(
         (isinstance(f, ast.Name) and f.id == "glue")
-        or (isinstance(f, ast.Attribute) and getattr(f.value, "id", None) == "ledger")
+        or (isinstance(f, ast.Attribute) and getattr(f.value, "id", None) in ("ledger", "records"))
         for f in _calls(statements)
         if f != "defines" and getattr(f, "attr", None) != "save"
     )

@@ -210,8 +210,11 @@ def anchor(claim_id):
 
 
 class LedgerTable:
-    def __init__(self, rows, anchors=False):
-        self.rows, self.anchors = rows, anchors
+    """Rows as the chapters' tables show them; ``anchors``: give each row its HTML id;
+    ``note``: a line under the caption (where the texts' sizes stand, ``records.ledger_table``)."""
+
+    def __init__(self, rows, anchors=False, note=""):
+        self.rows, self.anchors, self.note = rows, anchors, note
 
     def _repr_html_(self):
         head = (
@@ -247,9 +250,10 @@ class LedgerTable:
             else ""
         )
         profile = self.rows[0]["profile"] if self.rows else "?"
+        note = f"<br><small>{html.escape(self.note)}</small>" if self.note else ""
         caption = (
             f"<caption>Claims ledger: {passed} of {len(tested)} reproduce{outside_note} "
-            f"(profile <code>{profile}</code>)</caption>"
+            f"(profile <code>{profile}</code>){note}</caption>"
         )
         return f'<table class="claims-ledger">{caption}{head}{"".join(body)}</table>'
 

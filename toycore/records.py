@@ -40,7 +40,7 @@ import scipy
 import torch
 
 from . import cache, devices
-from .claims import BesideTable
+from .claims import BesideTable, LedgerTable
 from .dependencies import Code, Dependencies, cells_through, changes, notebook_dependencies
 from .paths import REPO_ROOT
 
@@ -212,18 +212,33 @@ def beside(ledger, *prefixes, folder=None):
     """The rows of ``ledger`` whose ids start with ``prefixes``, beside the same claims in its
     chapter's paper record (``claims.BesideTable``, which a notebook displays)."""
     rows = [row for row in ledger.rows if row["id"].startswith(prefixes)]
-    record = load(folder).get(ledger.chapter)
-    if record is None:
-        return BesideTable(rows, [], "The texts' sizes have not been run for this chapter yet.")
-    given = record["provenance"]
     recorded = recorded_rows(ledger.chapter, *prefixes, folder=folder)
+    return BesideTable(rows, recorded, status(ledger.chapter, folder))
+
+
+def status(chapter, folder=None):
+    """One sentence on ``chapter``'s paper record: where and when it was made, and whether it is
+    current (what changed since, when it is not), or that there is none."""
+    record = load(folder).get(chapter)
+    if record is None:
+        return "The texts' sizes (paper profile) have not been run for this chapter yet."
+    given = record["provenance"]
+    held = f", {record['partial']}" if record.get("partial") else ""
     changed = staleness(record)
-    stale = f"; stale, the code has changed since: {', '.join(changed)}" if changed else ""
-    source = (
-        f"The texts' sizes: recorded {given['recorded']} on {given['device']}, commit "
-        f"{given['commit'][:10]}, in {given['wall_time_s'] / 60:.0f} min{stale}."
+    state = (
+        f"stale: since it was made, this changed: {', '.join(changed)}"
+        if changed
+        else "current: none of the code its rows depend on has changed since"
     )
-    return BesideTable(rows, recorded, source)
+    return (
+        f"The texts' sizes (paper profile{held}): recorded {given['recorded']} on "
+        f"{given['device']}, commit {given['commit'][:10]}; {state}."
+    )
+
+
+def ledger_table(ledger, folder=None):
+    """``ledger``'s whole table, with a line on its chapter's paper record (``status``)."""
+    return LedgerTable(ledger.rows, note=status(ledger.chapter, folder))
 
 
 def load(folder=None):

@@ -127,7 +127,7 @@ def build(
         shutil.copytree(REPO_ROOT / "_static", source / "_static", dirs_exist_ok=True)
         # the chapters show the models they train with {literalinclude} /toycore/models.py
         shutil.copytree(
-            REPO_ROOT / "toycore",
+            PACKAGE,  # the toycore that runs: a clone's, or one installed from it
             source / "toycore",
             ignore=shutil.ignore_patterns("__pycache__"),
             dirs_exist_ok=True,

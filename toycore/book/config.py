@@ -9,7 +9,7 @@ import yaml
 
 from ..checks import check_size
 from ..dependencies import cells_through
-from ..paths import REPO_ROOT
+from ..paths import REPO_ROOT, TOC
 
 BOOK_FILES = (
     "_config.yml",
@@ -24,8 +24,14 @@ BINDERHUB_URL = "https://mybinder.org"
 
 
 def chapters(root=REPO_ROOT):
-    """The chapter notebooks listed in _toc.yml, in order (its other pages are Markdown)."""
-    toc = yaml.safe_load((root / "_toc.yml").read_text())
+    """The chapter notebooks listed in _toc.yml, in order (its other pages are Markdown); a
+    clear error where there is no book (toycore installed, run outside a clone)."""
+    if not (root / TOC).is_file():
+        raise ValueError(
+            f"{root} holds no {TOC}: run the book's commands in a clone of the book (or a "
+            f"folder below it)"
+        )
+    toc = yaml.safe_load((root / TOC).read_text())
     entries = [e["file"] for e in toc.get("chapters", []) if e["file"].startswith("chapters/")]
     return [root / f"{entry}.ipynb" for entry in entries]
 

@@ -248,14 +248,18 @@ def power_law(x, y):
     return k, np.exp(log_c)
 
 
+def _exponent(values, times):
+    """k in time ∝ value^-k between two values: values (2,), times (2, ...) -> (...)."""
+    return -np.log(times[1] / times[0]) / np.log(values[1] / values[0])
+
+
 def local_exponent(values, times):
     """k in time ∝ value^-k between the two smallest values whose time is finite: the slope of
     the time on a log-log scale where the push is weakest. values ascending, (values,)."""
     reached = np.flatnonzero(np.isfinite(times))
     if reached.size < 2:
         raise ValueError("a local exponent needs two values that reach the level")
-    (v0, v1), (t0, t1) = np.asarray(values)[reached[:2]], np.asarray(times)[reached[:2]]
-    return float(-np.log(t1 / t0) / np.log(v1 / v0))
+    return float(_exponent(np.asarray(values)[reached[:2]], np.asarray(times)[reached[:2]]))
 
 
 @dataclass(frozen=True)
@@ -290,7 +294,7 @@ def rate_exponents(sweep, level):
             for s in range(sweep.l1.fourth.shape[2])
         ]
     )
-    seed_exponents = -np.log(seed_steps[:, 1] / seed_steps[:, 0]) / np.log(values[1] / values[0])
+    seed_exponents = _exponent(values, seed_steps.T)
     # the record step at each crossing, as a log-ratio (2,); unbounded at the first record
     at = np.searchsorted(sweep.steps, l1_steps[pair])
     before = sweep.steps[np.maximum(at - 1, 0)]

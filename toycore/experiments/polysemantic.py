@@ -16,6 +16,7 @@ from torch import nn
 from .. import shards
 from ..cache import cached
 from ..checks import check_range, check_seeds, check_size
+from ..claims import seed_tolerance
 from ..devices import to_host
 from ..models import Instances, TiedBasisAutoencoder, _device, _normal
 from ..profiles import select
@@ -783,15 +784,9 @@ def law_fit(sweep, confidence=0.95):
 
     Returns c (the mean of the per-seed fits) with its t-interval over seeds, and the slope of
     log(mean count) against log m (the law says -1)."""
-    from scipy import stats
-
     x = sweep.features**2 / sweep.hiddens.astype(float)  # (hiddens,)
     per_seed = (sweep.counts * x[:, None]).sum(0) / (x**2).sum()  # (seeds,)
-    half = (
-        stats.t.ppf((1 + confidence) / 2, len(per_seed) - 1)
-        * per_seed.std(ddof=1)
-        / len(per_seed) ** 0.5
-    )
+    half = seed_tolerance(per_seed, confidence)
     mean_count = sweep.counts.mean(1)
     slope = log_slope(sweep.hiddens, np.maximum(mean_count, 1e-12))
     return LawFit(

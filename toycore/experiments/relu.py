@@ -121,34 +121,22 @@ def represented_count(W):
     return represented(W).sum(-1)
 
 
-def _evaluation_losses(sweep, samples, seed):
-    """Per-sample losses of every model on fresh data: (instances, samples). All models with the
-    same sparsity see the same inputs, so their losses compare without sampling noise."""
-    W, b, importance, S = _flat(sweep)
-    x = SparseUniform(
-        [seed] * len(S), sweep.features, S.tolist(), device="cpu", dtype=DTYPE, purpose="evaluation"
-    ).sample(samples)
-    return toy_sample_loss(W, b, importance, x, sweep.output)
-
-
-def _loss_estimate(sweep, samples, chunks, seed):
-    """Each model's mean loss on ``chunks`` x ``samples`` fresh inputs, drawn a chunk at a time:
-    (instances,)."""
+def _evaluation_losses(sweep, samples, seed, chunks=1):
+    """Per-sample losses of every model on fresh data, ``chunks`` times ``samples`` inputs drawn
+    a chunk at a time: yields (instances, samples) per chunk. All models with the same sparsity
+    see the same inputs, so their losses compare without sampling noise."""
     W, b, importance, S = _flat(sweep)
     data = SparseUniform(
         [seed] * len(S), sweep.features, S.tolist(), device="cpu", dtype=DTYPE, purpose="evaluation"
     )
-    total = 0.0
     for _ in range(chunks):
-        total = total + toy_sample_loss(W, b, importance, data.sample(samples), sweep.output).sum(
-            -1
-        )
-    return total / (chunks * samples)
+        yield toy_sample_loss(W, b, importance, data.sample(samples), sweep.output)
 
 
 def evaluation_loss(sweep, samples, seed=0):
     """Each model's loss on ``samples`` fresh inputs: (sparsities, seeds)."""
-    return _grid(sweep, _evaluation_losses(sweep, samples, seed).mean(-1))
+    (losses,) = _evaluation_losses(sweep, samples, seed)
+    return _grid(sweep, losses.mean(-1))
 
 
 # --- 1. the sparsity-pattern expansion --------------------------------------------------------
@@ -213,7 +201,8 @@ def pattern_expansion(sweep, samples, seed=0):
         second[:, k] = losses.square().mean(-1) * counts[k]
     weights = th.pattern_weights(n, S)
     expansion = (weights * estimate).sum(-1)
-    direct = _loss_estimate(sweep, samples, DIRECT_DRAWS, seed + 1)
+    draws = _evaluation_losses(sweep, samples, seed + 1, DIRECT_DRAWS)
+    direct = sum(losses.sum(-1) for losses in draws) / (DIRECT_DRAWS * samples)
     variance = ((weights * second).sum(-1) - expansion.square()).clamp(min=0)
     direct_error = (variance / (DIRECT_DRAWS * samples)).sqrt()
     benefit, interference = th.one_sparse_terms(W, b, importance)
@@ -381,7 +370,7 @@ def relu_against_linear(relu, linear, samples, seed=0):
     that paired estimate: two (sparsities, seeds) arrays."""
     if relu.output != "relu" or linear.output != "linear":
         raise ValueError("relu_against_linear needs a ReLU sweep and then a linear sweep")
-    ours, theirs = (_evaluation_losses(sweep, samples, seed) for sweep in (relu, linear))
+    ((ours,), (theirs,)) = (_evaluation_losses(sweep, samples, seed) for sweep in (relu, linear))
     gap = ours.mean(-1) / theirs.mean(-1) - 1
     error = (ours - theirs).std(-1) / samples**0.5 / theirs.mean(-1)
     return _grid(relu, gap), _grid(relu, error)

@@ -106,6 +106,17 @@ def test_the_workflow_tests_pull_requests_and_publishes_main_with_the_result_cac
         step for step in build["steps"] if step.get("uses", "").startswith("actions/cache@")
     )
     assert cache["with"]["path"] == "_build/cache" and "cache-key" in cache["with"]["key"]
+    # the step that names the cache runs (here, with this checkout's toycore)
+    naming = next(step["run"] for step in build["steps"] if step.get("id") == "cache-key")
+    command = re.search(r"\$\((\.venv/bin/python -c '[^']+')\)", naming)[1]
+    named = subprocess.run(
+        command.replace(".venv/bin/python", sys.executable, 1),
+        shell=True,
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+    )
+    assert named.returncode == 0 and re.fullmatch(r"[0-9a-f]{16}-cpu-torch\S+\n", named.stdout)
     make_book = next(step for step in build["steps"] if step.get("run", "").startswith("make book"))
     assert make_book["env"]["TOYCORE_REPOSITORY"] == "${{ github.repository }}"
     assert any(

@@ -326,16 +326,33 @@ def cached(func=None, *, version=None):
     return wrapper
 
 
+def _every_cached_function():
+    """Every @cached function of toycore (its experiments modules imported to define them)."""
+    for name in _module_files():
+        if name.startswith(f"{PACKAGE_NAME}.experiments."):
+            importlib.import_module(name)
+    return list(CACHED)
+
+
+def book_key(device=None):
+    """One name for the results of the whole book on ``device``: a hash of every cached
+    function's key, the device type and the library versions (the published book's workflow
+    saves its result cache under it)."""
+    device = devices.current() if device is None else torch.device(device)
+    keys = sorted(f"{_qualified(func)} {code_key(func)}" for func in _every_cached_function())
+    digest = hashlib.sha256("\n".join(keys).encode()).hexdigest()[:16]
+    return f"{digest}-{device.type}-{_versions()}"
+
+
 def prune(root=None):
     """Remove the cache folders under ``root`` that no current code can use (no cached
     function of toycore has that code key, or other library versions); returns the names
     removed. The book's executed chapters (``executed/``) are the book's to manage."""
-    for name in _module_files():
-        if name.startswith(f"{PACKAGE_NAME}.experiments."):
-            importlib.import_module(name)  # so that their @cached functions are known
     root = Path(root) if root is not None else cache_root()
     current = {
-        f"{code_key(func)}-{device}-{_versions()}" for func in CACHED for device in ("cpu", "cuda")
+        f"{code_key(func)}-{device}-{_versions()}"
+        for func in _every_cached_function()
+        for device in ("cpu", "cuda")
     }
     removed = []
     for folder in sorted(root.iterdir()) if root.is_dir() else []:

@@ -1,8 +1,8 @@
 # make book [PROFILE=ci|cpu|paper] [DEVICE=auto|cpu|cuda|cuda:k] [JOBS=n] [CHAPTERS="05 ..."]
 #                                    execute every chapter (JOBS at a time, default one per
 #                                    core) and build the HTML book; with CHAPTERS, execute and
-#                                    record only those (no HTML); THROUGH=N with one chapter
-#                                    executes its sections 1 to N (a partial paper record)
+#                                    record only those (no HTML); SECTIONS=1-3,5 with one
+#                                    chapter executes only those sections (a part of its record)
 # make test                          the whole test suite, chapters run in the `ci` profile
 #                                    (installs Debian's Chromium first if missing)
 # make check                         unit tests and style only (the inner loop)
@@ -45,7 +45,7 @@ $(INSTALLED): requirements.txt pyproject.toml
 book: $(INSTALLED)
 	$(PYTHON) -m toycore.book --profile $(PROFILE) $(if $(DEVICE),--device $(DEVICE)) \
 		$(if $(JOBS),--jobs $(JOBS)) $(if $(CHAPTERS),--chapters $(CHAPTERS)) \
-		$(if $(THROUGH),--through $(THROUGH))
+		$(if $(SECTIONS),--sections $(SECTIONS))
 
 # Two test processes (TEST_PROCESSES), each file in one of them (--dist loadfile keeps a
 # chapter's cells together), sharing one result cache: each chapter is computed once per run.

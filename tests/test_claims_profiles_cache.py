@@ -133,7 +133,7 @@ def test_the_findings_list_failures_slips_and_claims_outside_the_regime():
     # a known failure recorded before rows said why in one sentence
     older = dict(ledger.rows[1], id="law.e", claim="recorded only")
     del older["why"]
-    record = {"rows": [recorded_row, older]}
+    record = {"parts": [{"sections": None, "rows": [recorded_row, older]}]}
 
     def page(stale):
         return reports.findings(
@@ -141,7 +141,7 @@ def test_the_findings_list_failures_slips_and_claims_outside_the_regime():
             {ledger.chapter: ledger.corrections},
             {ledger.chapter: record},
             {ledger.chapter: {"claim-law-b"}},
-            {ledger.chapter: stale},
+            {ledger.chapter: [stale]},
         )
 
     current = page([])

@@ -283,8 +283,8 @@ def test_a_record_made_before_keys_listed_dependencies_is_carried_over(tmp_path)
         rows=[],
     )
     (folder / "99_probe.json").write_text(json.dumps(old))
-    assert records.carry_over("99_probe", folder, root, log=lambda line: None) == []
-    carried = json.loads((folder / "99_probe.json").read_text())
+    assert records.carry_over("99_probe", folder, root, log=lambda line: None) == [[]]
+    (carried,) = json.loads((folder / "99_probe.json").read_text())["parts"]
     assert (
         carried["provenance"]["commit"] == commit and carried["provenance"]["code_before"] == "0ld"
     )
@@ -294,5 +294,5 @@ def test_a_record_made_before_keys_listed_dependencies_is_carried_over(tmp_path)
     training = root / "toycore" / "experiments" / "rug_training.py"
     training.write_text(training.read_text().replace("BATCH = 1024", "BATCH = 512"))
     assert records.carry_over("99_probe", folder, root, log=lambda line: None) == [
-        "experiments.rug_training.BATCH"
+        ["experiments.rug_training.BATCH"]
     ]

@@ -233,7 +233,7 @@ def test_chapters_and_jobs_are_checked_before_any_work(tmp_path):
 DEPENDS = Dependencies({"toycore.example.f": "0123"}, [["§1 cell 1", "4567"]])
 
 
-def _record(rows, **provenance):
+def _part(rows, sections=None, **provenance):
     given = dict(
         commit="0123456789abcdef",
         uncommitted_changes=False,
@@ -249,12 +249,15 @@ def _record(rows, **provenance):
         recorded="2026-11-23 10:00 UTC",
     )
     return dict(
-        chapter="99_example",
-        profile="paper",
+        sections=sections,
         provenance={**given, **provenance},
         dependencies=DEPENDS.to_json(),
         rows=rows,
     )
+
+
+def _record(*parts):
+    return dict(chapter="99_example", profile="paper", parts=list(parts))
 
 
 def _row(claim_id, passed, known_failure=False, profile="paper"):
@@ -274,63 +277,73 @@ def _row(claim_id, passed, known_failure=False, profile="paper"):
 
 
 def test_records_are_checked_written_and_read_back(tmp_path):
-    good = _record([_row("a", True), _row("b", False, known_failure=True)])
+    part = _part([_row("a", True), _row("b", False, known_failure=True)])
+    good = _record(part)
     assert records.check(good) == []
-    path = records.write("99_example", good["rows"], good["provenance"], DEPENDS, tmp_path)
+    path = records.write("99_example", part["rows"], part["provenance"], DEPENDS, folder=tmp_path)
     assert records.load(tmp_path) == {"99_example": good} and path.name == "99_example.json"
     # A rebuild served from the cache keeps the record of the run that computed the rows.
-    same = records.recorded_before(
-        "99_example", good["rows"], {**good["provenance"], "wall_time_s": 2.0}, folder=tmp_path
-    )
-    assert same == good
+    again = {**part["provenance"], "wall_time_s": 2.0}
+    assert records.recorded_before("99_example", part["rows"], again, folder=tmp_path) == part
     for changed in ({"torch": "2.14.0"}, {"code": "new"}, {"device_type": "cpu"}):
-        assert (
-            records.recorded_before(
-                "99_example", good["rows"], {**good["provenance"], **changed}, folder=tmp_path
-            )
-            is None
-        )
-    assert (
-        records.recorded_before(
-            "99_example", [_row("a", True)], good["provenance"], folder=tmp_path
-        )
-        is None
-    )
-    assert (
-        records.recorded_before("98_none", good["rows"], good["provenance"], folder=tmp_path)
-        is None
-    )
+        given = {**part["provenance"], **changed}
+        assert records.recorded_before("99_example", part["rows"], given, folder=tmp_path) is None
+    for rows, chapter in (([_row("a", True)], "99_example"), (part["rows"], "98_none")):
+        assert records.recorded_before(chapter, rows, part["provenance"], folder=tmp_path) is None
     bad = [
-        _record([]),
-        _record([_row("a", True), _row("a", True)]),
-        _record([_row("a", True, profile="cpu")]),
-        _record([_row("a", True)], device_type="tpu"),
-        {**_record([_row("a", True)]), "provenance": {"device": "x"}},
-        _record([{**_row("a", True), "passed": None}]),
-        _record([_row("a", True)], code="another"),  # not the key of its dependencies
+        _part([]),
+        _part([_row("a", True), _row("a", True)]),
+        _part([_row("a", True, profile="cpu")]),
+        _part([_row("a", True)], device_type="tpu"),
+        {**_part([_row("a", True)]), "provenance": {"device": "x"}},
+        _part([{**_row("a", True), "passed": None}]),
+        _part([_row("a", True)], code="another"),  # not the key of its dependencies
     ]
-    for record in bad:
-        assert records.check(record), record
+    for wrong in bad:
+        assert records.check(_record(wrong)), wrong
         with pytest.raises(ValueError, match="not a paper-profile record"):
-            records.write("99_example", record["rows"], record["provenance"], DEPENDS, tmp_path)
-    assert records.check({**good, "dependencies": {}}) == [
-        "no dependencies (what its numbers depend on)"
+            records.write("99_example", wrong["rows"], wrong["provenance"], DEPENDS, None, tmp_path)
+    assert records.check(_record({**part, "dependencies": {}})) == [
+        "part 1: no dependencies (what its numbers depend on)"
     ]
+    assert records.check(_record(part, part)) == [
+        "part 1 overlaps another part",
+        "a claim id appears twice",
+    ]
+    assert (
+        "part 1's sections are not a sorted list"
+        in records.check(_record(_part([_row("a", True)], sections=[3, 1])))[0]
+    )
+
+
+def test_a_part_replaces_the_parts_it_overlaps(tmp_path):
+    def write(rows, sections):
+        part = _part(rows, sections)
+        records.write("99_example", rows, part["provenance"], DEPENDS, sections, tmp_path)
+        return [p["sections"] for p in records.load(tmp_path)["99_example"]["parts"]]
+
+    assert write([_row("a", True)], [1, 2, 3]) == [[1, 2, 3]]
+    assert write([_row("b", True)], [5]) == [[1, 2, 3], [5]]
+    assert write([_row("c", True)], [4]) == [[1, 2, 3], [4], [5]]
+    assert write([_row("d", True)], [3, 4]) == [[3, 4], [5]]  # overlaps two
+    assert [row["id"] for row in records.recorded_rows("99_example", folder=tmp_path)] == ["d", "b"]
+    assert write([_row("e", True)], None) == [None]  # the whole chapter replaces every part
 
 
 def test_every_record_is_current_or_says_what_changed():
-    """A record is stale exactly when the code it depends on changed: it then says which
-    functions or cells, in a short list."""
+    """A part of a record is stale exactly when the code it depends on changed: it then says
+    which functions or cells, in a short list."""
     for chapter, record in records.load().items():
-        changed = records.staleness(record)
-        now = records.chapter_dependencies(chapter, records.through_of(record))
-        assert (changed == []) == (now.key == record["dependencies"]["key"])
-        assert 0 < len(changed) <= 8 or not changed
-    stale = {**_record([_row("a", True)]), "chapter": "05_persian_rug"}
-    assert records.staleness(stale, DEPENDS) == []
+        for part in record["parts"]:
+            changed = records.staleness(chapter, part)
+            now = records.chapter_dependencies(chapter, part["sections"])
+            assert (changed == []) == (now.key == part["dependencies"]["key"])
+            assert 0 < len(changed) <= 8 or not changed
+    part = _part([_row("a", True)])
+    assert records.staleness("05_persian_rug", part, DEPENDS) == []
     moved = Dependencies({"toycore.example.f": "89ab"}, DEPENDS.cells)
-    assert records.staleness(stale, moved) == ["example.f"]
-    assert records.staleness({"chapter": "05_persian_rug"}) == [
+    assert records.staleness("05_persian_rug", part, moved) == ["example.f"]
+    assert records.staleness("05_persian_rug", {"sections": None}) == [
         "the record does not list what it depends on"
     ]
 
@@ -344,9 +357,11 @@ def test_the_comparison_puts_each_claim_beside_its_recorded_verdict():
         ],
         "98_unrecorded": [{**_row("x", True, profile="ci"), "chapter": "98_unrecorded"}],
     }
-    recorded = {"99_example": _record([_row("a", True), _row("b", False), _row("old", True)])}
+    recorded = {
+        "99_example": _record(_part([_row("a", True), _row("b", False), _row("old", True)]))
+    }
     text = reports.paper_comparison(
-        here, recorded, {"99_example": "Example"}, stale={"99_example": ["example.f"]}
+        here, recorded, {"99_example": "Example"}, stale={"99_example": [["example.f"]]}
     )
     example, unrecorded = text.split("### [98_unrecorded]")
     assert "recorded 2026-11-23 10:00 UTC on NVIDIA H100 80GB HBM3" in example
@@ -360,42 +375,57 @@ def test_the_comparison_puts_each_claim_beside_its_recorded_verdict():
     assert "(explained)</td><td>not recorded</td>" in rows[2]
     assert "<td>not in this build</td><td>reproduces</td>" in rows[3]
     assert "has not been run for this chapter" in unrecorded and "<td>not run</td>" in unrecorded
-    same_code = reports.paper_comparison(here, recorded, {}, stale={"99_example": []})
+    same_code = reports.paper_comparison(here, recorded, {}, stale={"99_example": [[]]})
     assert "stale" not in same_code
 
 
 def test_a_partial_record_says_what_it_holds_and_leaves_the_rest_not_run(tmp_path):
-    good = _record([_row("a", True)])
-    part = "sections 1 to 3 of the chapter"
-    records.write("99_example", good["rows"], good["provenance"], DEPENDS, tmp_path, through=3)
+    early, fig3 = _part([_row("a", True)], [1, 2, 3]), _part([_row("c", False)], [5])
+    for part in (early, fig3):
+        given = part["provenance"]
+        records.write("99_example", part["rows"], given, DEPENDS, part["sections"], tmp_path)
     (record,) = records.load(tmp_path).values()
-    assert record["partial"] == part and records.check(record) == []
-    assert records.check({**record, "partial": ""}) == [
-        "partial does not say which part of the chapter it holds"
-    ]
+    assert record == _record(early, fig3) and records.check(record) == []
     # a whole record and a partial one are not the same run
-    assert records.recorded_before("99_example", good["rows"], good["provenance"], tmp_path) is None
-    assert (
-        records.recorded_before("99_example", good["rows"], good["provenance"], tmp_path, 3)
-        == record
-    )
-    here = {"99_example": [_row("a", True, profile="ci"), _row("b", True, profile="ci")]}
+    given = early["provenance"]
+    assert records.recorded_before("99_example", early["rows"], given, folder=tmp_path) is None
+    assert records.recorded_before("99_example", early["rows"], given, [1, 2, 3], tmp_path)
+    here = {"99_example": [_row(k, True, profile="ci") for k in "abc"]}
     text = reports.paper_comparison(here, {"99_example": record}, {}, stale={})
-    assert f"Paper profile of {part} recorded" in text and "1 of 1 reproduce" in text
+    assert "Paper profile, sections 1 to 3, recorded" in text and "1 of 1 reproduce" in text
+    assert "Paper profile, section 5, recorded" in text and "0 of 1 reproduce" in text
     assert "claim b | with a bar</td><td>reproduces</td><td>not run</td>" in text
 
 
-def test_a_chapter_runs_through_a_section_and_then_saves_its_ledger(tmp_path):
+def test_a_part_runs_its_sections_and_only_what_they_need_of_the_others(tmp_path):
     notebook = REPO_ROOT / "chapters" / "05_persian_rug.ipynb"
-    copy = config.through_section(notebook, 3, tmp_path)
+    copy = config.chapter_part(notebook, [1, 2, 3, 5], tmp_path)
     cells = nbformat.read(copy, as_version=4).cells
-    headings = [c.source.split("\n")[0] for c in cells if c.source.startswith("## ")]
-    assert headings[-1].startswith("## 3. ") and cells[-1].source.startswith("ledger.save()")
-    assert not any(c.source.startswith("## 4. ") for c in cells)
-    with pytest.raises(ValueError, match="has no section 99 to stop before"):
-        config.through_section(notebook, 98, tmp_path)
-    with pytest.raises(ValueError, match="--through needs exactly one chapter"):
-        book.build("ci", tmp_path, only=None, through=3)
+    code = {c.source for c in cells if c.cell_type == "code"}
+    section, by_section = "setup", {}
+    for cell in nbformat.read(notebook, as_version=4).cells:
+        if cell.source.startswith("## "):
+            section = cell.source.splitlines()[0][3:].split(".")[0]
+        elif cell.cell_type == "code":
+            by_section.setdefault(section, []).append(cell.source)
+    for section in ("setup", "1", "3", "5", "Claims ledger"):  # whole
+        assert all(source in code for source in by_section[section]), section
+    for section in ("4", "6", "9"):  # not at all: section 5 needs nothing of them
+        assert not any(source in code for source in by_section[section]), section
+    assert cells[-1].source.startswith("ledger.save()")
+    # section 8 needs the headline's models from section 3: just those statements, no rows
+    copy = config.chapter_part(notebook, [8], tmp_path)
+    code = "\n".join(
+        c.source for c in nbformat.read(copy, as_version=4).cells if c.cell_type == "code"
+    )
+    assert "sweep = ex.size_sweep(" in code and "macro.trained" in code
+    assert "headline.ns" not in code and "construct.diagonal" not in code
+    with pytest.raises(ValueError, match="has no section 98"):
+        config.chapter_part(notebook, [98], tmp_path)
+    with pytest.raises(ValueError, match="--sections needs exactly one chapter"):
+        book.build("ci", tmp_path, only=None, sections="1-3")
+    with pytest.raises(ValueError, match="sections are numbers and ranges"):
+        book.build("ci", tmp_path, only=["05"], sections="1-x")
 
 
 def claim_ids_in(notebook):
@@ -432,7 +462,7 @@ def test_paper_records_are_well_formed_and_name_claims_their_chapters_make():
         assert stem in notebooks, f"results/paper/{stem}.json: no such chapter"
         assert records.check(record) == [] and record["chapter"] == stem
         makes = claim_ids_in(notebooks[stem])
-        unknown = [row["id"] for row in record["rows"] if not makes(row["id"])]
+        unknown = [row["id"] for row in records.rows_of(record) if not makes(row["id"])]
         assert not unknown, f"{stem}: the record has claims the chapter no longer makes: {unknown}"
     assert not claim_ids_in(notebooks["02_relu_output_model"])("thomson")  # the check can fail
 
@@ -452,16 +482,16 @@ def test_the_intro_shows_the_paper_verdicts_or_says_none_was_recorded(built):
         said = table.find_previous("p").get_text()
         if notebook.stem in recorded:
             record = recorded[notebook.stem]
-            part = f" of {record['partial']}" if record.get("partial") else ""
-            assert f"Paper profile{part} recorded" in said
-            assert record["provenance"]["device"] in said
+            partial = any(part["sections"] for part in record["parts"])
+            assert ("Paper profile, section" if partial else "Paper profile recorded") in said
+            assert record["parts"][0]["provenance"]["device"] in said
             assert {c[2].get_text() for c in cells} <= {
                 "reproduces",
                 "does not reproduce, unexpected",
                 "does not reproduce (explained)",
                 "reproduces, unexpected: listed as a known failure",
                 "outside the text's regime",
-                "not run" if part else "not recorded",
+                "not run" if partial else "not recorded",
             }
         else:
             assert "has not been run" in said and {c[2].get_text() for c in cells} == {"not run"}

@@ -464,20 +464,81 @@ def section_of(markdown):
     return number if number.isdigit() else title.lower()
 
 
-def cells_through(cells, section):
-    """A chapter's cells (nbformat dicts) up to the end of its section ``section``, then its
-    last cell, which saves the ledger: what a partial record runs. A clear error if the
-    chapter has no such section or does not end with ``ledger.save()``."""
-    ends = [
-        k
-        for k, cell in enumerate(cells)
-        if cell["cell_type"] == "markdown" and section_of(_text(cell)) == str(section + 1)
-    ]
-    if not ends:
-        raise ValueError(f"the chapter has no section {section + 1} to stop before")
+def parse_sections(text):
+    """Sections as a make command names them: "1-3,5" -> [1, 2, 3, 5]; a clear error for
+    anything else."""
+    chosen = set()
+    for piece in str(text).replace(" ", "").split(","):
+        first, _, last = piece.partition("-")
+        if not first.isdigit() or (last and not last.isdigit()) or int(first) < 1:
+            raise ValueError(f"sections are numbers and ranges such as 1-3,5; got {text!r}")
+        chosen.update(range(int(first), int(last or first) + 1))
+    return sorted(chosen)
+
+
+def describe_sections(sections):
+    """ "the whole chapter", "sections 1 to 3", "sections 1 to 3 and 5", "section 4"."""
+    if sections is None:
+        return "the whole chapter"
+    runs, start = [], None
+    for k, section in enumerate(sections):
+        if start is None:
+            start = section
+        if k + 1 == len(sections) or sections[k + 1] != section + 1:
+            runs.append(f"{start}" if start == section else f"{start} to {section}")
+            start = None
+    words = runs[0] if len(runs) == 1 else ", ".join(runs[:-1]) + " and " + runs[-1]
+    return ("section " if len(sections) == 1 else "sections ") + words
+
+
+def cells_for(cells, sections):
+    """What runs to record a chapter's ``sections`` (a list of numbers; None: all of it): the
+    cells before section 1, the chosen sections' cells and the claims ledger's (its last
+    cell saves the ledger), and, from the other sections, only the statements the chosen
+    cells need (sliced back from them: a later section that uses an earlier one's models
+    recomputes, or reads from the cache, just those, and adds none of that section's rows).
+    Markdown cells stay, to name the sections. A clear error for a section the chapter lacks
+    or a chapter that does not end by saving its ledger."""
     if "ledger.save()" not in _text(cells[-1]):
         raise ValueError("the chapter does not end with ledger.save()")
-    return cells[: ends[0]] + [cells[-1]]
+    if sections is None:
+        return list(cells)
+    wanted, section, places = {str(s) for s in sections}, "setup", []
+    for cell in cells:
+        if cell["cell_type"] == "markdown":
+            section = section_of(_text(cell)) or section
+        places.append(section)
+    missing = sorted(int(s) for s in wanted - set(places))
+    if missing:
+        raise ValueError(f"the chapter has no section {', '.join(map(str, missing))}")
+    chosen = [p in wanted or p in ("setup", "claims ledger") for p in places]
+    code = [ast.parse(_text(cell)).body if cell["cell_type"] == "code" else [] for cell in cells]
+    # the ledger is what a run makes, never what it needs: its rows elsewhere are not pulled in
+    ledgers = _ledger_names(code)
+    imported = {
+        name
+        for body in code
+        for stmt in body
+        if isinstance(stmt, (ast.Import, ast.ImportFrom))
+        for name in _bound([stmt])
+    }
+    out, needed = [None] * len(cells), set()
+    for k in range(len(cells) - 1, -1, -1):
+        cell = cells[k]
+        if cell["cell_type"] != "code" or chosen[k]:
+            out[k] = cell
+            needed = (needed - _bound(code[k])) | _free(code[k])
+            needed -= ledgers
+            continue
+        kept = []
+        for stmt in reversed(code[k]):
+            if _defines(stmt, imported) & needed:
+                kept.insert(0, stmt)
+                needed = (needed - _bound([stmt])) | _free([stmt])
+                needed -= ledgers
+        if kept:
+            out[k] = {**cell, "source": "\n".join(ast.unparse(stmt) for stmt in kept)}
+    return [cell for cell in out if cell is not None]
 
 
 def _text(cell):
@@ -700,8 +761,10 @@ def _is_row_call(chain, ledgers):
     return bool(chain and chain[0] in ledgers and chain[1] and chain[1][0] in ROW_FORMS)
 
 
-def _defines(stmt):
-    """The names a statement binds or changes (``x[k] = v`` and ``x.a = v`` change x)."""
+def _defines(stmt, modules=()):
+    """The names a statement binds or changes (``x[k] = v``, ``x.a = v`` and ``x.append(v)``
+    change x, unless x is one of ``modules``: a call of a module's function changes no
+    variable)."""
     names = set()
     for node in ast.walk(stmt):
         if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
@@ -718,9 +781,61 @@ def _defines(stmt):
             names |= {a.asname or a.name.split(".")[0] for a in node.names}
     if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
         chain = _attribute_chain(stmt.value.func)
-        if chain and chain[1]:  # x.append(v) changes x
+        if chain and chain[1] and chain[0] not in modules:  # x.append(v) changes x
             names.add(chain[0])
     return names
+
+
+def _ledger_names(bodies):
+    """The names bound to a ``Ledger(...)`` in these cells' statements."""
+    names = set()
+    for body in bodies:
+        for stmt in body:
+            if isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Call):
+                chain = _attribute_chain(stmt.value.func)
+                if chain and (chain[1] or [chain[0]])[-1] == "Ledger":
+                    names |= {t.id for t in stmt.targets if isinstance(t, ast.Name)}
+    return names
+
+
+def _bound(statements):
+    """The names ``statements`` certainly rebind (plain assignment, import, def): an earlier
+    definition of them is not needed after them."""
+    names = set()
+    for stmt in statements:
+        if isinstance(stmt, (ast.Assign, ast.AnnAssign)):
+            targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+            for target in targets:
+                if isinstance(target, (ast.Name, ast.Tuple, ast.List)):
+                    names |= {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
+        elif isinstance(stmt, (ast.Import, ast.ImportFrom)):
+            names |= {a.asname or a.name.split(".")[0] for a in stmt.names}
+        elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(stmt.name)
+    return names
+
+
+def _local(stmt):
+    """Names a statement binds for its own use only: loop and comprehension variables, the
+    arguments of its lambdas and functions, ``with ... as`` names."""
+    names = set()
+    for node in ast.walk(stmt):
+        if isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)):
+            names |= {n.id for n in ast.walk(node.target) if isinstance(n, ast.Name)}
+        elif isinstance(node, (ast.Lambda, ast.FunctionDef, ast.AsyncFunctionDef)):
+            names |= {a.arg for a in ast.walk(node.args) if isinstance(a, ast.arg)}
+        elif isinstance(node, ast.withitem) and node.optional_vars is not None:
+            names |= {n.id for n in ast.walk(node.optional_vars) if isinstance(n, ast.Name)}
+    return names
+
+
+def _free(statements):
+    """The names ``statements`` read before (or without) binding them themselves."""
+    free, bound = set(), set()
+    for stmt in statements:
+        free |= _uses(stmt) - bound - _local(stmt)
+        bound |= _bound([stmt])
+    return free
 
 
 def _uses(stmt):

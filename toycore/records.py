@@ -1,28 +1,32 @@
 """The paper profile's verdicts, kept with their provenance in ``results/paper/``.
 
-``make book PROFILE=paper`` writes one file per chapter it executed, ``<chapter>.json``::
+``make book PROFILE=paper`` writes one file per chapter it executed, ``<chapter>.json``, holding
+one or more *parts*, each a run of some of the chapter's sections::
 
     {"chapter": "05_persian_rug", "profile": "paper",
-     "provenance": {"commit", "uncommitted_changes", "code", "device", "device_type", "torch",
-                    "numpy", "scipy", "python", "wall_time_s", "chapters_at_once", "recorded"},
-     "dependencies": {"key", "toycore": {unit: digest}, "cells": [[where, digest]]},
-     "rows": [the chapter's ledger rows, as Ledger.save writes them],
-     "partial": "sections 1 to 3 of the chapter", "through": 3}     (only in a partial record)
+     "parts": [{"sections": [1, 2, 3, 5]  (null: the whole chapter),
+                "provenance": {"commit", "uncommitted_changes", "code", "device",
+                               "device_type", "torch", "numpy", "scipy", "python",
+                               "wall_time_s", "chapters_at_once", "recorded"},
+                "dependencies": {"key", "toycore": {unit: digest}, "cells": [[where, digest]]},
+                "rows": [the rows those sections made, as Ledger.save writes them]}]}
 
-A partial record (``python -m toycore.book --profile paper --chapters 05 --through 3``) holds the
-rows of the chapter's first sections; the intro shows its other rows as not run.
+``make book PROFILE=paper CHAPTERS=05 SECTIONS=1-3,5`` runs and records sections 1 to 3 and 5
+(``toycore.dependencies.cells_for``: with only the statements of other sections that they
+need); a part replaces the parts it overlaps. A chapter's recorded rows are those of all its
+parts; the intro shows the others as not run.
 
 The folder is committed, so the intro page of any build can show, beside its own verdicts, what
-the texts' sizes gave, on which machine and when. ``dependencies`` lists exactly the code the
-record's numbers and verdicts depend on (``toycore.dependencies``: the chapter's cells that feed
-its rows, the toycore functions, classes and constants they run, the verdict logic, the paper
-sizes), and ``code`` is its key. A record is stale when, and only when, that code changes
+the texts' sizes gave, on which machine and when. A part's ``dependencies`` list exactly the
+code its numbers and verdicts depend on (``toycore.dependencies``: the cells that feed its
+rows, the toycore functions, classes and constants they run, the verdict logic, the paper
+sizes), and ``code`` is their key. A part is stale when, and only when, that code changes
 (``staleness`` says what changed): a comment, a figure or another chapter's code leaves it
 current.
 
-``python -m toycore.records --carry-over`` gives a record made before records listed their
-dependencies the list computed from the commit it was recorded at (a ``git worktree``): it is
-then current exactly when that code is the code now.
+``python -m toycore.records --carry-over CHAPTER`` gives parts made before records listed
+their dependencies the list computed from the commit each was recorded at (a ``git
+worktree``): each is then current exactly when that code is the code now.
 """
 
 import argparse
@@ -41,7 +45,14 @@ import torch
 
 from . import cache, devices
 from .claims import BesideTable, LedgerTable
-from .dependencies import Code, Dependencies, cells_through, changes, notebook_dependencies
+from .dependencies import (
+    Code,
+    Dependencies,
+    cells_for,
+    changes,
+    describe_sections,
+    notebook_dependencies,
+)
 from .paths import REPO_ROOT
 
 FOLDER = REPO_ROOT / "results" / "paper"
@@ -72,15 +83,22 @@ ROW_KEYS = (
     "profile",
     "chapter",
 )
+# A part made with the same code, device type and libraries, with the same rows, is the same
+# run's: a rebuild that found every result in the cache keeps it (see ``recorded_before``).
+SAME_RUN = ("code", "device_type", "torch", "numpy", "scipy")
 
 
-def _git(*args):
+def _git(*args, root=REPO_ROOT):
     try:
         return subprocess.run(
-            ["git", *args], cwd=REPO_ROOT, capture_output=True, text=True, check=True
+            ["git", *args], cwd=root, capture_output=True, text=True, check=True
         ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return None
+
+
+def _now():
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
 
 
 def notebook_of(chapter, root=None):
@@ -88,44 +106,37 @@ def notebook_of(chapter, root=None):
     return (root or REPO_ROOT) / "chapters" / f"{chapter}.ipynb"
 
 
-def through_of(record):
-    """The last section a partial record holds (None: the whole chapter). Records made before
-    ``through`` was written say it in ``partial`` only."""
-    if "through" in record:
-        return record["through"]
-    found = re.fullmatch(r"sections 1 to (\d+) of the chapter", record.get("partial") or "")
-    return int(found[1]) if found else None
-
-
-def chapter_dependencies(chapter, through=None, code=None, root=None):
-    """What a paper record of ``chapter`` (its sections 1 to ``through``, or all) depends on
-    with ``code`` (default: the toycore this process imported) and the chapter's notebook
-    under ``root`` (default: this repository)."""
+def chapter_dependencies(chapter, sections=None, code=None, root=None):
+    """What a paper record of ``chapter``'s ``sections`` (None: all of it) depends on, with
+    ``code`` (default: the toycore this process imported) and the chapter's notebook under
+    ``root`` (default: this repository)."""
     code = code or cache.imported_code()
     cells = json.loads(notebook_of(chapter, root).read_text())["cells"]
-    if through is not None:
-        cells = cells_through(cells, through)
-    return notebook_dependencies(code, cells, "paper")
+    return notebook_dependencies(code, cells_for(cells, sections), "paper")
 
 
-def staleness(record, now=None):
-    """What changed since ``record`` was made, in short phrases (empty: it is current).
-    ``now``: its chapter's Dependencies now (default: computed)."""
-    given = record.get("dependencies")
+def staleness(chapter, part, now=None):
+    """What changed since ``part`` of ``chapter``'s record was made, in short phrases (empty:
+    it is current). ``now``: what it would depend on now (default: computed)."""
+    given = part.get("dependencies")
     if not given:
         return ["the record does not list what it depends on"]
     if now is None:
-        if not notebook_of(record["chapter"]).exists():
+        if not notebook_of(chapter).exists():
             return ["the chapter is gone"]
-        now = chapter_dependencies(record["chapter"], through_of(record))
+        now = chapter_dependencies(chapter, part["sections"])
     if now.key == given["key"]:
         return []
     return changes(Dependencies.from_json(given), now)
 
 
-def stale_chapters(recorded):
-    """{chapter: what changed} for every record in ``recorded`` ({chapter: record})."""
-    return {chapter: staleness(record) for chapter, record in recorded.items()}
+def stale_parts(recorded):
+    """{chapter: [what changed since each part was made]} for every record in ``recorded``
+    ({chapter: record}), in the order of its parts."""
+    return {
+        chapter: [staleness(chapter, part) for part in record["parts"]]
+        for chapter, record in recorded.items()
+    }
 
 
 def provenance(chapter, device, wall_time_s, chapters_at_once, code):
@@ -149,63 +160,58 @@ def provenance(chapter, device, wall_time_s, chapters_at_once, code):
     )
 
 
-def _now():
-    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+def _overlaps(a, b):
+    return a is None or b is None or bool(set(a) & set(b))
 
 
-# A record made with the same code, device type and libraries, with the same rows, is the same
-# run's: a rebuild that found every result in the cache keeps it (see ``recorded_before``).
-SAME_RUN = ("code", "device_type", "torch", "numpy", "scipy")
-
-
-def partial_name(through):
-    """How a record of sections 1 to ``through`` says which part of the chapter it holds."""
-    return f"sections 1 to {through} of the chapter"
-
-
-def recorded_before(chapter, rows, provenance, folder=None, through=None):
-    """The existing record of ``chapter`` if it holds these rows (of the same part) from the same
-    code, device type and libraries (its date and wall time are then the run that computed
+def recorded_before(chapter, rows, provenance, sections=None, folder=None):
+    """The part of ``chapter``'s record for these ``sections`` if it holds these rows from the
+    same code, device type and libraries (its date and wall time are then the run that computed
     them), else None."""
+    record = load(folder).get(chapter)
+    for part in record["parts"] if record else []:
+        if (
+            part["sections"] == sections
+            and json.dumps(part["rows"]) == json.dumps(rows)
+            and all(part["provenance"].get(key) == provenance[key] for key in SAME_RUN)
+        ):
+            return part
+    return None
+
+
+def write(chapter, rows, provenance, dependencies, sections=None, folder=None):
+    """Record ``sections`` (None: the whole chapter) of one chapter's paper-profile ledger with
+    what they depend on (``dependencies``, whose key is ``provenance["code"]``), in place of the
+    parts of its record they overlap. Returns the file's path."""
     path = (folder or FOLDER) / f"{chapter}.json"
-    if not path.exists():
-        return None
-    record = json.loads(path.read_text())
-    same = (
-        json.dumps(record.get("rows")) == json.dumps(rows)
-        and through_of(record) == through
-        and all(record.get("provenance", {}).get(key) == provenance[key] for key in SAME_RUN)
-    )
-    return record if same else None
-
-
-def write(chapter, rows, provenance, dependencies, folder=None, through=None):
-    """Record one chapter's paper-profile ledger with what it depends on (``dependencies``,
-    whose key is ``provenance["code"]``); ``through``: the last section, for a record of the
-    chapter's first sections only. Returns the file's path."""
-    record = dict(
-        chapter=chapter,
-        profile="paper",
+    record = load(folder).get(chapter) or dict(chapter=chapter, profile="paper", parts=[])
+    part = dict(
+        sections=sections,
         provenance=provenance,
         dependencies=dependencies.to_json(),
         rows=rows,
     )
-    if through is not None:
-        record.update(partial=partial_name(through), through=through)
+    kept = [old for old in record["parts"] if not _overlaps(old["sections"], sections)]
+    record["parts"] = sorted(kept + [part], key=lambda p: (p["sections"] or [0])[0])
     problems = check(record)
     if problems:
         raise ValueError(f"not a paper-profile record of {chapter}: {'; '.join(problems)}")
-    path = (folder or FOLDER) / f"{chapter}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n")
     return path
 
 
+def rows_of(record):
+    """Every row a record holds, from all its parts, each with ``part``: its part's index."""
+    return [{**row, "part": k} for k, part in enumerate(record["parts"]) for row in part["rows"]]
+
+
 def recorded_rows(chapter, *prefixes, folder=None):
-    """The rows of ``chapter``'s paper record whose ids start with ``prefixes`` (none without
-    a record)."""
+    """The rows of ``chapter``'s paper record whose ids start with ``prefixes`` (all of them
+    without prefixes; none without a record)."""
     record = load(folder).get(chapter)
-    return [row for row in record["rows"] if row["id"].startswith(prefixes)] if record else []
+    rows = rows_of(record) if record else []
+    return [row for row in rows if row["id"].startswith(prefixes)] if prefixes else rows
 
 
 def beside(ledger, *prefixes, folder=None):
@@ -216,24 +222,28 @@ def beside(ledger, *prefixes, folder=None):
     return BesideTable(rows, recorded, status(ledger.chapter, folder))
 
 
-def status(chapter, folder=None):
-    """One sentence on ``chapter``'s paper record: where and when it was made, and whether it is
-    current (what changed since, when it is not), or that there is none."""
-    record = load(folder).get(chapter)
-    if record is None:
-        return "The texts' sizes (paper profile) have not been run for this chapter yet."
-    given = record["provenance"]
-    held = f", {record['partial']}" if record.get("partial") else ""
-    changed = staleness(record)
+def part_line(part, changed):
+    """One sentence on a part: which sections, where and when, current or what changed."""
+    given = part["provenance"]
     state = (
         f"stale: since it was made, this changed: {', '.join(changed)}"
         if changed
         else "current: none of the code its rows depend on has changed since"
     )
     return (
-        f"The texts' sizes (paper profile{held}): recorded {given['recorded']} on "
+        f"{describe_sections(part['sections']).capitalize()} recorded {given['recorded']} on "
         f"{given['device']}, commit {given['commit'][:10]}; {state}."
     )
+
+
+def status(chapter, folder=None):
+    """Where ``chapter``'s paper record stands, part by part (``part_line``), or that there is
+    none."""
+    record = load(folder).get(chapter)
+    if record is None:
+        return "The texts' sizes (paper profile) have not been run for this chapter yet."
+    lines = [part_line(part, staleness(chapter, part)) for part in record["parts"]]
+    return "The texts' sizes (paper profile): " + " ".join(lines)
 
 
 def ledger_table(ledger, folder=None):
@@ -249,15 +259,43 @@ def load(folder=None):
 
 def check(record):
     """What is wrong with a record's format (an empty list when nothing is)."""
-    problems = []
     if not isinstance(record, dict):
         return ["a record is a JSON object"]
+    problems = []
     chapter = record.get("chapter")
     if not isinstance(chapter, str) or not chapter:
         problems.append("no chapter name")
     if record.get("profile") != "paper":
         problems.append(f"profile is {record.get('profile')!r}, not 'paper'")
-    given = record.get("provenance")
+    parts = record.get("parts")
+    if not isinstance(parts, list) or not parts:
+        return problems + ["no parts"]
+    ids = []
+    for k, part in enumerate(parts):
+        where = f"part {k + 1}"
+        if not isinstance(part, dict):
+            problems.append(f"{where} is not an object")
+            continue
+        sections = part.get("sections")
+        if sections is not None and not (
+            isinstance(sections, list)
+            and sections
+            and all(isinstance(s, int) and s >= 1 for s in sections)
+            and sections == sorted(set(sections))
+        ):
+            problems.append(f"{where}'s sections are not a sorted list of section numbers")
+        if any(_overlaps(sections, other.get("sections")) for other in parts[k + 1 :]):
+            problems.append(f"{where} overlaps another part")
+        problems += [f"{where}: {problem}" for problem in _check_part(part, chapter)]
+        ids += [row.get("id") for row in part.get("rows") or [] if isinstance(row, dict)]
+    if len(set(ids)) != len(ids):
+        problems.append("a claim id appears twice")
+    return problems
+
+
+def _check_part(part, chapter):
+    problems = []
+    given = part.get("provenance")
     if not isinstance(given, dict):
         problems.append("no provenance")
     else:
@@ -266,30 +304,19 @@ def check(record):
             problems.append("provenance's wall_time_s is not a time in seconds")
         if given.get("device_type") not in ("cpu", "cuda"):
             problems.append(f"provenance's device_type is {given.get('device_type')!r}")
-    if "partial" in record and not (isinstance(record["partial"], str) and record["partial"]):
-        problems.append("partial does not say which part of the chapter it holds")
-    elif "partial" in record and through_of(record) is None:
-        problems.append("partial does not say through which section")
-    given_dependencies = record.get("dependencies")
-    if not isinstance(given_dependencies, dict) or not {"key", "toycore", "cells"} <= set(
-        given_dependencies
-    ):
+    depends = part.get("dependencies")
+    if not isinstance(depends, dict) or not {"key", "toycore", "cells"} <= set(depends):
         problems.append("no dependencies (what its numbers depend on)")
-    elif isinstance(given, dict) and given_dependencies["key"] != given.get("code"):
+    elif isinstance(given, dict) and depends["key"] != given.get("code"):
         problems.append("its dependencies' key is not its provenance's code")
-    elif Dependencies.from_json(given_dependencies).key != given_dependencies["key"]:
+    elif Dependencies.from_json(depends).key != depends["key"]:
         problems.append("its dependencies do not hash to their key")
-    rows = record.get("rows")
+    rows = part.get("rows")
     if not isinstance(rows, list) or not rows:
-        problems.append("no ledger rows")
-        return problems
-    ids = [row.get("id") for row in rows if isinstance(row, dict)]
-    if len(ids) != len(rows):
-        problems.append("a row is not an object")
-    if len(set(ids)) != len(ids):
-        problems.append("a claim id appears twice")
+        return problems + ["no ledger rows"]
     for row in rows:
         if not isinstance(row, dict):
+            problems.append("a row is not an object")
             continue
         missing = [key for key in ROW_KEYS if key not in row]
         if missing:
@@ -303,14 +330,58 @@ def check(record):
     return problems
 
 
+def _old_sections(record):
+    """The sections of a record in the form before parts: "sections 1 to 3 of the chapter"."""
+    found = re.fullmatch(r"sections 1 to (\d+) of the chapter", record.get("partial") or "")
+    return list(range(1, int(found[1]) + 1)) if found else None
+
+
 def carry_over(chapter, folder=None, root=REPO_ROOT, log=print):
-    """Give ``chapter``'s record, made before records listed what they depend on, the list
-    computed from the commit it was recorded at (checked out into a ``git worktree``), and the
-    key of that list as its ``code`` (the old hash kept as ``code_before``). Its verdicts and
-    its commit stay. Returns what changed since (empty: the record is current)."""
+    """Give each part of ``chapter``'s record (a record in the form before parts becomes one)
+    that does not list what it depends on the list computed from the commit it was recorded at
+    (checked out into a ``git worktree``), and the key of that list as its ``code`` (the old
+    hash kept as ``code_before``); its verdicts and its commit stay. Returns, per part, what
+    changed since (empty: current)."""
     path = (folder or FOLDER) / f"{chapter}.json"
     record = json.loads(path.read_text())
-    commit = record["provenance"]["commit"]
+    if "parts" not in record:
+        record = dict(
+            chapter=record["chapter"],
+            profile=record["profile"],
+            parts=[
+                dict(
+                    sections=_old_sections(record),
+                    provenance=record["provenance"],
+                    dependencies=record.get("dependencies"),
+                    rows=record["rows"],
+                )
+            ],
+        )
+    now_code = Code.from_folder(root / "toycore")
+    changed = []
+    for part in record["parts"]:
+        given = part["provenance"]
+        if not part.get("dependencies"):
+            then = _dependencies_at(chapter, part["sections"], given["commit"], root)
+            given["code_before"] = given["code"]
+            given["code"] = then.key
+            given["dependencies_listed"] = (
+                f"{_now()} from commit {given['commit'][:10]}'s code, by a later toycore "
+                f"(toycore.dependencies); the verdicts are the run's"
+            )
+            part["dependencies"] = then.to_json()
+        now = chapter_dependencies(chapter, part["sections"], now_code, root=root)
+        changed.append(staleness(chapter, part, now))
+        log(
+            f"{chapter}, {describe_sections(part['sections'])}: "
+            + ("current" if not changed[-1] else "stale: " + ", ".join(changed[-1]))
+        )
+    path.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n")
+    return changed
+
+
+def _dependencies_at(chapter, sections, commit, root):
+    """What ``chapter``'s ``sections`` depended on at ``commit`` (a worktree checked out)."""
     with tempfile.TemporaryDirectory() as scratch:
         tree = Path(scratch) / "tree"
         subprocess.run(
@@ -319,40 +390,25 @@ def carry_over(chapter, folder=None, root=REPO_ROOT, log=print):
             check=True,
         )
         try:
-            then = chapter_dependencies(
-                chapter, through_of(record), Code.from_folder(tree / "toycore"), root=tree
+            return chapter_dependencies(
+                chapter, sections, Code.from_folder(tree / "toycore"), root=tree
             )
         finally:
             subprocess.run(
                 ["git", "worktree", "remove", "--force", str(tree)], cwd=root, check=True
             )
-    given = record["provenance"]
-    if given.get("code") != then.key:
-        given["code_before"] = given["code"]
-    given["code"] = then.key
-    given["dependencies_listed"] = (
-        f"{_now()} from commit {commit[:10]}'s code, by a later toycore "
-        f"(toycore.dependencies); the verdicts are the run's"
-    )
-    record["dependencies"] = then.to_json()
-    through = through_of(record)
-    if through is not None:
-        record["through"] = through
-    path.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n")
-    now = chapter_dependencies(chapter, through, Code.from_folder(root / "toycore"), root=root)
-    changed = staleness(record, now)
-    log(f"{chapter}: " + ("current" if not changed else "stale: " + ", ".join(changed)))
-    return changed
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description="the paper profile's records")
+    parser = argparse.ArgumentParser(
+        prog="python -m toycore.records", description="the paper profile's records"
+    )
     parser.add_argument(
         "--carry-over",
         nargs="+",
         metavar="CHAPTER",
         required=True,
-        help="list what these records depend on, from the commit each was recorded at",
+        help="list what these records depend on, from the commit each part was recorded at",
     )
     args = parser.parse_args(argv)
     known = sorted(path.stem for path in FOLDER.glob("*.json"))

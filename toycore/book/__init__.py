@@ -44,18 +44,18 @@ from pathlib import Path
 from .. import devices, offline, records
 from ..cache import PACKAGE
 from ..claims import load_corrections, load_ledgers
-from ..dependencies import Code, changes
+from ..dependencies import Code, changes, parse_sections
 from ..paths import REPO_ROOT
 from ..paths import build_dir as default_build_dir
 from ..profiles import resolve_profile
 from .config import (
     BOOK_FILES,
     add_sphinx_config,
+    chapter_part,
     notebook_title,
     repository,
     select_chapters,
     set_repository,
-    through_section,
 )
 from .execute import BuildError, check_jobs, execute_all
 from .reports import (
@@ -98,20 +98,23 @@ def build(
     jobs=None,
     only=None,
     render=True,
-    through=None,
+    sections=None,
 ):
     """Execute the chapters under ``profile`` on ``device`` and build ``<build>/html``; returns
     index.html. ``jobs``: processes computing, chapters and shards (default: one per core on
     the CPU, one on a GPU). ``only``: chapter names (see ``select_chapters``) to execute and
-    record without rendering; returns None, as with ``render=False``. ``through``: with one
-    chapter in ``only``, execute its sections 1 to ``through`` only, and in the paper profile
-    record their rows as a partial record."""
+    record without rendering; returns None, as with ``render=False``. ``sections``: with one
+    chapter in ``only``, execute only those of its sections (a list of numbers, or text such as
+    "1-3,5"), with what they need of the others, and in the paper profile record their rows as
+    a part of its record."""
     profile = resolve_profile(profile)
     device = str(devices.resolve(device))  # a bad device or a missing GPU stops here
     github = repository()
     notebooks = select_chapters(only)
-    if through is not None and (not only or len(notebooks) != 1):
-        raise ValueError("--through needs exactly one chapter named with --chapters")
+    if sections is not None:
+        if not only or len(notebooks) != 1:
+            raise ValueError("--sections needs exactly one chapter named with --chapters")
+        sections = parse_sections(sections) if isinstance(sections, str) else sorted(sections)
     render = render and not only
     jobs = check_jobs(jobs, device)
     at_once = min(jobs, len(notebooks))
@@ -145,11 +148,11 @@ def build(
         claims = build_dir / "claims"
         for notebook in notebooks:  # a ledger from an earlier build must not pass for this one
             (claims / f"{notebook.stem}.json").unlink(missing_ok=True)
-        if through is not None:
-            notebooks = [through_section(notebooks[0], through, build_dir / "partial")]
+        if sections is not None:
+            notebooks = [chapter_part(notebooks[0], sections, build_dir / "partial")]
         # What each record will depend on, read before its chapter runs: a record is written
         # only if that is still the code on disk when the chapter ends.
-        before = {nb.stem: _dependencies(nb.stem, through) for nb in notebooks}
+        before = {nb.stem: _dependencies(nb.stem, sections) for nb in notebooks}
 
         def finished(notebook, seconds):
             if seconds is None:
@@ -160,18 +163,18 @@ def build(
                 rows = load_ledgers(claims).get(notebook.stem)
                 if not rows:
                     return
-                now = _dependencies(notebook.stem, through)
+                now = _dependencies(notebook.stem, sections)
                 if now.key != before[notebook.stem].key:
                     raise BuildError(
                         f"{notebook.stem} was not recorded: the code it depends on changed "
                         f"while it ran ({', '.join(changes(before[notebook.stem], now))})"
                     )
                 given = records.provenance(notebook.stem, device, seconds, at_once, now.key)
-                kept = records.recorded_before(notebook.stem, rows, given, through=through)
+                kept = records.recorded_before(notebook.stem, rows, given, sections)
                 if kept:  # every result came from the cache: the record's time is the real run's
                     log(f"  same results as the record of {kept['provenance']['recorded']}, kept")
                 else:
-                    path = records.write(notebook.stem, rows, given, now, through=through)
+                    path = records.write(notebook.stem, rows, given, now, sections)
                     log(f"  recorded in {path.relative_to(REPO_ROOT)}")
 
         # The kernels papermill starts inherit these: the profile and device for code that reads
@@ -198,7 +201,7 @@ def build(
         titles = {nb.stem: notebook_title(nb) for nb in notebooks}
         ledgers = {stem: ledgers[stem] for stem in titles}  # in the book's order
         recorded = records.load()
-        stale = records.stale_chapters(recorded)
+        stale = records.stale_parts(recorded)
         intro = source / "intro.md"
         intro.write_text(
             intro.read_text()
@@ -218,9 +221,9 @@ def build(
         return render_html(source, build_dir)
 
 
-def _dependencies(chapter, through):
+def _dependencies(chapter, sections):
     """What a paper record of ``chapter`` would depend on with the code on disk now."""
-    return records.chapter_dependencies(chapter, through, Code.from_folder(PACKAGE))
+    return records.chapter_dependencies(chapter, sections, Code.from_folder(PACKAGE))
 
 
 def render_html(source, build_dir):

@@ -36,11 +36,10 @@ def main(argv=None):
         "--no-html", action="store_true", help="execute (and record) the chapters, render no HTML"
     )
     parser.add_argument(
-        "--through",
-        type=int,
+        "--sections",
         default=None,
-        metavar="N",
-        help="with one chapter: execute its sections 1 to N only (a partial paper record)",
+        metavar="LIST",
+        help="with one chapter: execute only these sections, e.g. 1-3,5 (a part of its record)",
     )
     parser.add_argument("--build-dir", default=None, help="default: _build at the repository root")
     args = parser.parse_args(argv)
@@ -52,7 +51,7 @@ def main(argv=None):
             jobs=args.jobs,
             only=args.chapters,
             render=not args.no_html,
-            through=args.through,
+            sections=args.sections,
         )
     except (BuildError, ValueError) as error:
         print(f"book build failed: {error}", file=sys.stderr)

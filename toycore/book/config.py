@@ -7,8 +7,7 @@ import re
 import nbformat
 import yaml
 
-from ..checks import check_size
-from ..dependencies import cells_through
+from ..dependencies import cells_for
 from ..paths import REPO_ROOT, TOC
 
 BOOK_FILES = (
@@ -105,16 +104,14 @@ def select_chapters(names=None):
     return chosen
 
 
-def through_section(notebook, section, folder):
-    """A copy of ``notebook`` in ``folder`` that stops after its section ``section`` (the cells
-    before the heading ``## <section + 1>.``) and then saves its ledger (its last cell, which
-    every chapter ends with): ``toycore.dependencies.cells_through``, which also says what a
-    partial record depends on. Returns the copy's path; a clear error if there is no such
-    section."""
+def chapter_part(notebook, sections, folder):
+    """A copy of ``notebook`` in ``folder`` that runs only its ``sections`` (a list of numbers),
+    with the statements of the others that they need, and saves its ledger
+    (``toycore.dependencies.cells_for``, which also says what the part's record depends on).
+    Returns the copy's path; a clear error if the chapter has no such section."""
     chapter = nbformat.read(notebook, as_version=4)
-    check_size("through", section)
     try:
-        chapter.cells = cells_through(chapter.cells, section)
+        chapter.cells = [nbformat.from_dict(cell) for cell in cells_for(chapter.cells, sections)]
     except ValueError as error:
         raise ValueError(f"{shown(notebook)}: {error}") from None
     folder.mkdir(parents=True, exist_ok=True)

@@ -5,6 +5,8 @@ import html
 import re
 
 from ..claims import anchor, outside
+from ..dependencies import describe_sections
+from ..records import rows_of
 
 LEDGER_MARKER = "<!-- claims-ledger -->"
 PAPER_MARKER = "<!-- paper-ledger -->"
@@ -77,22 +79,23 @@ def _stale_sentence(changed):
 
 def paper_comparison(ledgers, recorded, titles, stale):
     """The intro's claim-by-claim table: this build's verdict beside the paper profile's
-    recorded one, with where and when that was recorded. ``recorded``: {chapter: record}
-    (``toycore.records.load``); ``stale``: {chapter: what changed since its record was made,
-    empty when it is current} (``toycore.records.stale_chapters``)."""
+    recorded one, with where and when each part of the record was made. ``recorded``:
+    {chapter: record} (``toycore.records.load``); ``stale``: {chapter: what changed since each
+    of its parts was made, empty when current} (``toycore.records.stale_parts``)."""
     lines = []
     for stem in list(ledgers) + [stem for stem in recorded if stem not in ledgers]:
         rows = {row["id"]: row for row in ledgers.get(stem, [])}
         record = recorded.get(stem)
-        paper = {row["id"]: row for row in record["rows"]} if record else {}
+        paper = {row["id"]: row for row in rows_of(record)} if record else {}
         lines += [f"### [{titles.get(stem, stem)}](chapters/{stem}.ipynb)", ""]
         if record is None:
             lines.append("The paper profile has not been run for this chapter yet.")
-        else:
-            given = record["provenance"]
+        partial = bool(record) and any(part["sections"] for part in record["parts"])
+        for k, part in enumerate(record["parts"] if record else []):
+            given = part["provenance"]
             changes = " with uncommitted changes" if given["uncommitted_changes"] else ""
-            tested = [row for row in paper.values() if not outside(row)]
-            held = f" of {record['partial']}" if record.get("partial") else ""
+            tested = [row for row in part["rows"] if not outside(row)]
+            held = f", {describe_sections(part['sections'])}," if partial else ""
             lines.append(
                 f"Paper profile{held} recorded {given['recorded']} on {given['device']} "
                 f"(`{given['device_type']}`), torch {given['torch']}, commit "
@@ -100,17 +103,17 @@ def paper_comparison(ledgers, recorded, titles, stale):
                 f"({given['chapters_at_once']} chapter(s) at a time): "
                 f"{sum(row['passed'] for row in tested)} of {len(tested)} reproduce"
                 + (
-                    f", {len(paper) - len(tested)} outside the text's regime."
-                    if len(tested) < len(paper)
+                    f", {len(part['rows']) - len(tested)} outside the text's regime."
+                    if len(tested) < len(part["rows"])
                     else "."
                 )
             )
-            if record.get("partial"):
-                lines.append(
-                    " The other rows have not been run at the texts' sizes (**not run** below)."
-                )
-            if stale.get(stem):
-                lines.append(" " + _stale_sentence(stale[stem]))
+            if stale.get(stem) and stale[stem][k]:
+                lines.append(" " + _stale_sentence(stale[stem][k]))
+        if partial:
+            lines.append(
+                " The other rows have not been run at the texts' sizes (**not run** below)."
+            )
         build_profile = next(iter(rows.values()))["profile"] if rows else "?"
         table = [
             '<table class="paper-comparison"><tr><th>claim</th>'
@@ -123,7 +126,7 @@ def paper_comparison(ledgers, recorded, titles, stale):
                 verdict_words(paper[claim_id])
                 if claim_id in paper
                 else "not run"
-                if record is None or record.get("partial")
+                if record is None or partial
                 else "not recorded"
             )
             table.append(
@@ -197,14 +200,16 @@ def findings(ledgers, corrections, recorded, anchors, stale):
         for stem in stems:
             here = {row["id"]: row for row in ledgers[stem]}
             record = recorded.get(stem)
-            there = {row["id"]: row for row in record["rows"]} if record else {}
-            old = bool(stale.get(stem))
-            if record and old:
-                warnings.append(
-                    f"{_chapter(stem).capitalize()}'s record at the texts' sizes is stale: "
-                    f"since it was made, this changed: {', '.join(stale[stem])}. Its verdicts "
-                    "below may not be what the code now gives."
-                )
+            there = {row["id"]: row for row in rows_of(record)} if record else {}
+            old = stale.get(stem) or []
+            for k, changed in enumerate(old):
+                if changed:
+                    part = describe_sections(record["parts"][k]["sections"])
+                    warnings.append(
+                        f"{_chapter(stem).capitalize()}'s record at the texts' sizes ({part}) "
+                        f"is stale: since it was made, this changed: {', '.join(changed)}. "
+                        "Its verdicts below may not be what the code now gives."
+                    )
             page = anchors.get(stem, ())
             for claim_id in list(here) + [k for k in there if k not in here]:
                 mine, theirs = here.get(claim_id), there.get(claim_id)
@@ -214,9 +219,10 @@ def findings(ledgers, corrections, recorded, anchors, stale):
                     f"<tr><td>{html.escape(row['claim'])}</td>"
                     f"<td>{_link(stem, page, claim_id)}</td>"
                 )
+                stale_row = bool(theirs and old and old[theirs["part"]])
                 cells = (
                     f"<td>{_side(mine)}</td>"
-                    f"<td>{_side(theirs, old) if record else 'no record'}</td></tr>"
+                    f"<td>{_side(theirs, stale_row) if record else 'no record'}</td></tr>"
                 )
                 if any(not outside(r) and not r["passed"] for r in sides):
                     failing.append(f"{start}<td>{_failure_why(sides)}</td>{cells}")

@@ -3,6 +3,11 @@
 #                                    core) and build the HTML book; with CHAPTERS, execute and
 #                                    record only those (no HTML); SECTIONS=1-3,5 with one
 #                                    chapter executes only those sections (a part of its record)
+# make paper-gpu BUDGET=480 OUT=dir  on a lent GPU machine (no network): the paper profile's
+#                                    parts with no current record, most valuable first, within
+#                                    BUDGET seconds, recorded part by part and packed into OUT
+#                                    (two files); installs the wheels in .whl first, if any
+# make wheels-gpu                    download those wheels into .whl (here, where PyPI is)
 # make test                          the whole test suite, chapters run in the `ci` profile
 #                                    (installs Debian's Chromium first if missing)
 # make check                         unit tests and style only (the inner loop)
@@ -19,7 +24,7 @@ SYSTEM_PYTHON ?= python3
 # The installed marker is rebuilt whenever the pins or the package metadata change.
 INSTALLED := $(VENV)/.installed
 
-.PHONY: book test check lab benchmark clean clean-cache test-system
+.PHONY: book test check lab benchmark clean clean-cache test-system paper-gpu wheels-gpu
 
 # Refuse an unknown profile before any work, installing included.
 ifneq ($(words $(PROFILE)),1)
@@ -46,6 +51,21 @@ book: $(INSTALLED)
 	$(PYTHON) -m toycore.book --profile $(PROFILE) $(if $(DEVICE),--device $(DEVICE)) \
 		$(if $(JOBS),--jobs $(JOBS)) $(if $(CHAPTERS),--chapters $(CHAPTERS)) \
 		$(if $(SECTIONS),--sections $(SECTIONS))
+
+# The lent GPU machine's own Python holds torch; the book's execution stack travels as wheels,
+# installed beside it, and toycore is read from this tree.
+WHEELS := .whl
+GPU_SITE := /tmp/toycore-site
+paper-gpu:
+	@test -n "$(BUDGET)" -a -n "$(OUT)" || { echo "make paper-gpu needs BUDGET=<seconds> OUT=<folder>" >&2; exit 1; }
+	@if [ -d $(WHEELS) ]; then python3 -m pip install --quiet --no-index --no-deps --no-compile \
+		--no-cache-dir --upgrade --target $(GPU_SITE) $(WHEELS)/*.whl; fi
+	PYTHONPATH=$(GPU_SITE):$(CURDIR) PYTHONUNBUFFERED=1 python3 -m toycore.book.paper \
+		--budget $(BUDGET) --out $(OUT) $(if $(DEVICE),--device $(DEVICE))
+
+wheels-gpu: $(INSTALLED)
+	rm -rf $(WHEELS)
+	$(PYTHON) -m toycore.book.paper --wheels $(WHEELS)
 
 # Two test processes (TEST_PROCESSES), each file in one of them (--dist loadfile keeps a
 # chapter's cells together), sharing one result cache: each chapter is computed once per run.

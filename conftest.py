@@ -23,16 +23,25 @@ PHASES = {
     "test_browser": "the pages in Chromium",
     "test_in_page": "the in-page widgets against toycore, in Chromium",
     "test_install": "the wheel installed into a fresh venv",
+    "test_paper_run": "the budgeted paper run, in ci",
 }
-HEAVY = {"test_binder", "test_install", "test_browser", "test_in_page"}
+HEAVY = {"test_binder", "test_install", "test_browser", "test_in_page", "test_paper_run"}
 seconds = defaultdict(float)
 
 
 # The order files go out to the test processes (see the Makefile): the longest first, so that
 # the two processes finish together instead of one running a long file alone at the end. Binder
 # and the book build (minutes each, side by side), the pages in Chromium, the chapters under
-# nbval (the last chapters are the longest), the wheel's fresh venv; then the rest as collected.
-LONGEST_FIRST = ["test_binder", "test_book_build", "test_browser", "chapters", "test_install"]
+# nbval (the last chapters are the longest), the wheel's fresh venv, the budgeted paper run;
+# then the rest as collected.
+LONGEST_FIRST = [
+    "test_binder",
+    "test_book_build",
+    "test_browser",
+    "chapters",
+    "test_install",
+    "test_paper_run",
+]
 
 
 def running_order(items):

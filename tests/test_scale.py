@@ -301,7 +301,7 @@ def test_records_are_checked_written_and_read_back(tmp_path):
     ]
     for wrong in bad:
         assert records.check(_record(wrong)), wrong
-        with pytest.raises(ValueError, match="not a paper-profile record"):
+        with pytest.raises(ValueError, match="not a record of 99_example"):
             records.write("99_example", wrong["rows"], wrong["provenance"], DEPENDS, None, tmp_path)
     assert records.check(_record({**part, "dependencies": {}})) == [
         "part 1: no dependencies (what its numbers depend on)"
@@ -461,6 +461,7 @@ def test_paper_records_are_well_formed_and_name_claims_their_chapters_make():
     for stem, record in records.load().items():
         assert stem in notebooks, f"results/paper/{stem}.json: no such chapter"
         assert records.check(record) == [] and record["chapter"] == stem
+        assert record["profile"] == "paper"
         makes = claim_ids_in(notebooks[stem])
         unknown = [row["id"] for row in records.rows_of(record) if not makes(row["id"])]
         assert not unknown, f"{stem}: the record has claims the chapter no longer makes: {unknown}"

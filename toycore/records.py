@@ -54,6 +54,7 @@ from .dependencies import (
     notebook_dependencies,
 )
 from .paths import REPO_ROOT
+from .profiles import PROFILES
 
 FOLDER = REPO_ROOT / "results" / "paper"
 PROVENANCE = (
@@ -106,13 +107,13 @@ def notebook_of(chapter, root=None):
     return (root or REPO_ROOT) / "chapters" / f"{chapter}.ipynb"
 
 
-def chapter_dependencies(chapter, sections=None, code=None, root=None):
-    """What a paper record of ``chapter``'s ``sections`` (None: all of it) depends on, with
-    ``code`` (default: the toycore this process imported) and the chapter's notebook under
+def chapter_dependencies(chapter, sections=None, code=None, root=None, profile="paper"):
+    """What a record of ``chapter``'s ``sections`` (None: all of it) in ``profile`` depends on,
+    with ``code`` (default: the toycore this process imported) and the chapter's notebook under
     ``root`` (default: this repository)."""
     code = code or cache.imported_code()
     cells = json.loads(notebook_of(chapter, root).read_text())["cells"]
-    return notebook_dependencies(code, cells_for(cells, sections), "paper")
+    return notebook_dependencies(code, cells_for(cells, sections), profile)
 
 
 def staleness(chapter, part, now=None):
@@ -124,10 +125,14 @@ def staleness(chapter, part, now=None):
     if now is None:
         if not notebook_of(chapter).exists():
             return ["the chapter is gone"]
-        now = chapter_dependencies(chapter, part["sections"])
+        now = chapter_dependencies(chapter, part["sections"], profile=_profile(part))
     if now.key == given["key"]:
         return []
     return changes(Dependencies.from_json(given), now)
+
+
+def _profile(part):
+    return part["rows"][0]["profile"] if part.get("rows") else "paper"
 
 
 def stale_parts(recorded):
@@ -184,7 +189,8 @@ def write(chapter, rows, provenance, dependencies, sections=None, folder=None):
     what they depend on (``dependencies``, whose key is ``provenance["code"]``), in place of the
     parts of its record they overlap. Returns the file's path."""
     path = (folder or FOLDER) / f"{chapter}.json"
-    record = load(folder).get(chapter) or dict(chapter=chapter, profile="paper", parts=[])
+    profile = rows[0]["profile"] if rows else "paper"
+    record = load(folder).get(chapter) or dict(chapter=chapter, profile=profile, parts=[])
     part = dict(
         sections=sections,
         provenance=provenance,
@@ -195,7 +201,7 @@ def write(chapter, rows, provenance, dependencies, sections=None, folder=None):
     record["parts"] = sorted(kept + [part], key=lambda p: (p["sections"] or [0])[0])
     problems = check(record)
     if problems:
-        raise ValueError(f"not a paper-profile record of {chapter}: {'; '.join(problems)}")
+        raise ValueError(f"not a record of {chapter}: {'; '.join(problems)}")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n")
     return path
@@ -265,8 +271,9 @@ def check(record):
     chapter = record.get("chapter")
     if not isinstance(chapter, str) or not chapter:
         problems.append("no chapter name")
-    if record.get("profile") != "paper":
-        problems.append(f"profile is {record.get('profile')!r}, not 'paper'")
+    profile = record.get("profile")
+    if profile not in PROFILES:
+        problems.append(f"profile is {profile!r}, not one of {', '.join(PROFILES)}")
     parts = record.get("parts")
     if not isinstance(parts, list) or not parts:
         return problems + ["no parts"]
@@ -286,14 +293,14 @@ def check(record):
             problems.append(f"{where}'s sections are not a sorted list of section numbers")
         if any(_overlaps(sections, other.get("sections")) for other in parts[k + 1 :]):
             problems.append(f"{where} overlaps another part")
-        problems += [f"{where}: {problem}" for problem in _check_part(part, chapter)]
+        problems += [f"{where}: {problem}" for problem in _check_part(part, chapter, profile)]
         ids += [row.get("id") for row in part.get("rows") or [] if isinstance(row, dict)]
     if len(set(ids)) != len(ids):
         problems.append("a claim id appears twice")
     return problems
 
 
-def _check_part(part, chapter):
+def _check_part(part, chapter, profile):
     problems = []
     given = part.get("provenance")
     if not isinstance(given, dict):
@@ -321,7 +328,7 @@ def _check_part(part, chapter):
         missing = [key for key in ROW_KEYS if key not in row]
         if missing:
             problems.append(f"row {row.get('id')!r} lacks {', '.join(missing)}")
-        elif row["profile"] != "paper" or row["chapter"] != chapter:
+        elif row["profile"] != profile or row["chapter"] != chapter:
             problems.append(
                 f"row {row['id']!r} is from profile {row['profile']!r}, chapter {row['chapter']!r}"
             )

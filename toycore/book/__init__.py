@@ -56,6 +56,7 @@ from .config import (
     repository,
     select_chapters,
     set_repository,
+    shown,
 )
 from .execute import BuildError, check_jobs, execute_all
 from .reports import (
@@ -99,6 +100,7 @@ def build(
     only=None,
     render=True,
     sections=None,
+    records_folder=None,
 ):
     """Execute the chapters under ``profile`` on ``device`` and build ``<build>/html``; returns
     index.html. ``jobs``: processes computing, chapters and shards (default: one per core on
@@ -106,7 +108,9 @@ def build(
     record without rendering; returns None, as with ``render=False``. ``sections``: with one
     chapter in ``only``, execute only those of its sections (a list of numbers, or text such as
     "1-3,5"), with what they need of the others, and in the paper profile record their rows as
-    a part of its record."""
+    a part of its record. ``records_folder``: where to record the chapters' ledgers (default:
+    ``results/paper`` in the paper profile; another profile records only where this names, as
+    the tests of a budgeted run do)."""
     profile = resolve_profile(profile)
     device = str(devices.resolve(device))  # a bad device or a missing GPU stops here
     github = repository()
@@ -116,6 +120,8 @@ def build(
             raise ValueError("--sections needs exactly one chapter named with --chapters")
         sections = parse_sections(sections) if isinstance(sections, str) else sorted(sections)
     render = render and not only
+    if records_folder is None and profile == "paper":
+        records_folder = records.FOLDER
     jobs = check_jobs(jobs, device)
     at_once = min(jobs, len(notebooks))
     build_dir = Path(build_dir or default_build_dir()).resolve()
@@ -152,30 +158,30 @@ def build(
             notebooks = [chapter_part(notebooks[0], sections, build_dir / "partial")]
         # What each record will depend on, read before its chapter runs: a record is written
         # only if that is still the code on disk when the chapter ends.
-        before = {nb.stem: _dependencies(nb.stem, sections) for nb in notebooks}
+        before = {nb.stem: _dependencies(nb.stem, sections, profile) for nb in notebooks}
 
         def finished(notebook, seconds):
             if seconds is None:
                 log(f"  {notebook.stem}: nothing it reads has changed; its last execution reused")
                 return
             log(f"  {notebook.stem} done in {seconds:.0f} s")
-            if profile == "paper":
+            if records_folder is not None:
                 rows = load_ledgers(claims).get(notebook.stem)
                 if not rows:
                     return
-                now = _dependencies(notebook.stem, sections)
+                now = _dependencies(notebook.stem, sections, profile)
                 if now.key != before[notebook.stem].key:
                     raise BuildError(
                         f"{notebook.stem} was not recorded: the code it depends on changed "
                         f"while it ran ({', '.join(changes(before[notebook.stem], now))})"
                     )
                 given = records.provenance(notebook.stem, device, seconds, at_once, now.key)
-                kept = records.recorded_before(notebook.stem, rows, given, sections)
+                kept = records.recorded_before(notebook.stem, rows, given, sections, records_folder)
                 if kept:  # every result came from the cache: the record's time is the real run's
                     log(f"  same results as the record of {kept['provenance']['recorded']}, kept")
                 else:
-                    path = records.write(notebook.stem, rows, given, now, sections)
-                    log(f"  recorded in {path.relative_to(REPO_ROOT)}")
+                    path = records.write(notebook.stem, rows, given, now, sections, records_folder)
+                    log(f"  recorded in {shown(path)}")
 
         # The kernels papermill starts inherit these: the profile and device for code that reads
         # them, the build folder for the ledgers, and no progress bars in the saved pages.
@@ -185,7 +191,17 @@ def build(
             TOYCORE_BUILD_DIR=str(build_dir),
             TOYCORE_PROGRESS="0",
         )
-        execute_all(notebooks, source / "chapters", profile, device, jobs, variables, log, finished)
+        execute_all(
+            notebooks,
+            source / "chapters",
+            profile,
+            device,
+            jobs,
+            variables,
+            log,
+            finished,
+            recorded=records_folder is not None,
+        )
 
         ledgers = {
             stem: rows
@@ -221,9 +237,11 @@ def build(
         return render_html(source, build_dir)
 
 
-def _dependencies(chapter, sections):
-    """What a paper record of ``chapter`` would depend on with the code on disk now."""
-    return records.chapter_dependencies(chapter, sections, Code.from_folder(PACKAGE))
+def _dependencies(chapter, sections, profile):
+    """What a record of ``chapter`` would depend on with the code on disk now."""
+    return records.chapter_dependencies(
+        chapter, sections, Code.from_folder(PACKAGE), profile=profile
+    )
 
 
 def render_html(source, build_dir):

@@ -2,6 +2,7 @@
 
 import argparse
 import sys
+from pathlib import Path
 
 from ..profiles import PROFILES
 from . import build
@@ -41,6 +42,12 @@ def main(argv=None):
         metavar="LIST",
         help="with one chapter: execute only these sections, e.g. 1-3,5 (a part of its record)",
     )
+    parser.add_argument(
+        "--records",
+        default=None,
+        metavar="FOLDER",
+        help="where to record the ledgers (default: results/paper, in the paper profile only)",
+    )
     parser.add_argument("--build-dir", default=None, help="default: _build at the repository root")
     args = parser.parse_args(argv)
     try:
@@ -52,6 +59,7 @@ def main(argv=None):
             only=args.chapters,
             render=not args.no_html,
             sections=args.sections,
+            records_folder=args.records and Path(args.records),
         )
     except (BuildError, ValueError) as error:
         print(f"book build failed: {error}", file=sys.stderr)

@@ -137,15 +137,16 @@ def execution_key(notebook, profile, device):
     return digest.hexdigest()[:16]
 
 
-def run_chapter(notebook, output, profile, device):
+def run_chapter(notebook, output, profile, device, recorded=False):
     """Execute one chapter into ``output``, or reuse the copy that an execution with the same
     ``execution_key`` kept in the result cache (``<cache>/executed/``) with the ledgers it saved:
     a rebuild with nothing changed executes nothing. A build that finds the chapter being
-    executed by another waits for it, as for a result. A paper build always executes: it
-    records the run. One copy is kept per chapter, profile and device type: a new one replaces
-    the copy that older inputs kept. Returns the seconds the execution took, None when reused."""
+    executed by another waits for it, as for a result. A build that records the run
+    (``recorded``: the paper profile's) always executes. One copy is kept per chapter, profile
+    and device type: a new one replaces the copy that older inputs kept. Returns the seconds
+    the execution took, None when reused."""
     profile = resolve_profile(profile)
-    if profile == "paper":
+    if recorded:
         start = time.perf_counter()
         execute_chapter(notebook, output, profile, device)
         return time.perf_counter() - start
@@ -348,19 +349,19 @@ def _stop_workers(pool):
     pool.shutdown(wait=True)
 
 
-def _execute_in_worker(notebook, output, profile, device, variables):
+def _execute_in_worker(notebook, output, profile, device, variables, recorded):
     """A worker process's chapter: its environment (the kernel inherits it), then
     ``run_chapter``."""
     os.environ.update(variables)
-    return run_chapter(notebook, output, profile, device)
+    return run_chapter(notebook, output, profile, device, recorded)
 
 
-def execute_all(notebooks, source, profile, device, jobs, variables, log, on_done):
+def execute_all(notebooks, source, profile, device, jobs, variables, log, on_done, recorded=False):
     """Execute the chapters, ``jobs`` at a time (and with ``jobs`` > 1, every shard on a local
     cluster of ``jobs`` workers, even for one chapter), longest first by ``<build>/timings.json``
     (with no timings, later chapters first: the book goes from small models to large ones).
     ``on_done(notebook, seconds)`` runs as each finishes (seconds None: its kept execution was
-    reused, see ``run_chapter``). After a failure, the chapters still
+    reused, see ``run_chapter``; never when ``recorded``). After a failure, the chapters still
     running finish (what they compute is cached), the others do not start, and the first
     failure (a failed cell, a dead kernel, a record refused) is raised."""
     timings_file = Path(variables["TOYCORE_BUILD_DIR"]) / "timings.json"
@@ -378,7 +379,8 @@ def execute_all(notebooks, source, profile, device, jobs, variables, log, on_don
         with environment(**variables):
             for notebook in order:
                 log(f"executing {shown(notebook)} (profile {profile}, {device}) ...")
-                done(notebook, run_chapter(notebook, source / notebook.name, profile, device))
+                seconds = run_chapter(notebook, source / notebook.name, profile, device, recorded)
+                done(notebook, seconds)
         return
     # Shard workers split the cores; so do the chapters' kernels, which wait while shards run:
     # a chapter executing alone computes its own cells on every core.
@@ -421,6 +423,7 @@ def execute_all(notebooks, source, profile, device, jobs, variables, log, on_don
                             profile,
                             device,
                             variables,
+                            recorded,
                         )
                     ] = notebook
                 if not running:

@@ -1,0 +1,68 @@
+"""The budgeted paper run (``make paper-gpu``), end to end on the CPU in the ci profile: it stops
+cleanly at its budget, records each part as it finishes, resumes without running again what
+is recorded, and packs the records and its log into two files."""
+
+import json
+import tarfile
+
+import pytest
+
+from toycore.book import paper
+
+PLAN = (("05_persian_rug", [1]), ("05_persian_rug", [9]))  # the construction; the scaling
+
+
+@pytest.fixture
+def scratch(tmp_path, monkeypatch):
+    monkeypatch.setenv("TOYCORE_BUILD_DIR", str(tmp_path / "build"))
+    monkeypatch.setenv("TOYCORE_CACHE", str(tmp_path / "cache"))
+    return tmp_path
+
+
+def run(scratch, budget, plan, name):
+    outcomes = paper.run(
+        budget,
+        scratch / name,
+        profile="ci",
+        device="cpu",
+        plan=plan,
+        folder=scratch / "records",
+        log=lambda line: None,
+        min_start=0,
+    )
+    return list(outcomes.values())
+
+
+def test_a_budgeted_run_stops_at_its_budget_records_what_finished_and_resumes(scratch):
+    # a budget shorter than a chapter's start: the part is stopped, nothing is recorded
+    stopped = run(scratch, 1.0, PLAN, "first")
+    assert stopped[0].startswith("stopped at the budget") and stopped[1].startswith("not started")
+    assert not (scratch / "records" / "05_persian_rug.json").exists()
+    assert sorted(p.name for p in (scratch / "first").iterdir()) == [
+        paper.RECORDS_FILE,
+        paper.LOG_FILE,
+    ]
+    # the first part, recorded the moment it finishes
+    assert run(scratch, 600, PLAN[:1], "second")[0].startswith("recorded in")
+    # again with both: the first is current and not run again; the second is recorded beside it
+    resumed = run(scratch, 600, PLAN, "third")
+    assert resumed[0] == "already recorded and current" and resumed[1].startswith("recorded in")
+    with tarfile.open(scratch / "third" / paper.RECORDS_FILE) as packed:
+        (member,) = packed.getmembers()
+        record = json.load(packed.extractfile(member))
+    assert member.name == "results/paper/05_persian_rug.json" and record["profile"] == "ci"
+    assert [part["sections"] for part in record["parts"]] == [[1], [9]]
+    ids = [[row["id"] for row in part["rows"]] for part in record["parts"]]
+    assert all(i.startswith("construct.") for i in ids[0]) and "scaling.p" in ids[1]
+    log = (scratch / "third" / paper.LOG_FILE).read_text()
+    assert "profile ci" in log and "section 9: recorded in" in log
+
+
+def test_a_bad_plan_or_budget_is_refused_before_any_work(scratch):
+    with pytest.raises(ValueError, match="no chapter '99'"):
+        run(scratch, 10, (("99", None),), "out")
+    with pytest.raises(ValueError, match="sections must be a list of numbers"):
+        run(scratch, 10, (("05", [0]),), "out")
+    with pytest.raises(ValueError, match="budget must be"):
+        run(scratch, 0, PLAN, "out")
+    assert not (scratch / "out").exists()

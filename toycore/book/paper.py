@@ -1,0 +1,280 @@
+"""The texts' sizes on a machine lent for minutes: one budgeted command (``make paper-gpu``).
+
+    python -m toycore.book.paper --budget 480 --out DIR
+
+runs, within ``--budget`` seconds of wall time, the parts of the paper profile that have no
+current record, the most valuable first (``PLAN``): each part in a process of its own
+(``python -m toycore.book --chapters C --sections S``), which records it the moment it
+finishes. At the budget it stops the part in flight (its finished shards stay in the result
+cache; its rows are not recorded) and starts no other. Then it packs what a lent machine sends
+back, two files in ``DIR``:
+
+    paper-records.tar.gz   results/paper/<chapter>.json of every chapter in the plan
+    paper-run.log          the machine, then one line per part: recorded, already current,
+                           stopped at the budget, not started, or failed (and why)
+
+Unpack the tarball at the repository's root (``tar xzf DIR/paper-records.tar.gz``) and commit
+the records. Run again, it resumes: what was recorded is current and is not run again.
+
+A machine without the book's execution stack (papermill, nbclient, ipykernel, ipywidgets and
+what they need) gets it as wheels: ``python -m toycore.book.paper --wheels .whl`` downloads,
+where pip reaches PyPI, those the GPU machines' Python lacks (``PROVIDED``), for its Python
+(``--python-version``, default 3.12); ``make paper-gpu`` installs them there before it runs.
+"""
+
+import argparse
+import contextlib
+import os
+import re
+import signal
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from .. import devices, records
+from ..dependencies import describe_sections
+from ..paths import REPO_ROOT, build_dir
+from ..profiles import resolve_profile
+from .config import select_chapters
+
+# The parts of the book at the texts' sizes, the most valuable first: chapter 5's grids have
+# never run at those sizes (a CPU would take days), then what reads them, then the rest.
+PLAN = (
+    ("05_persian_rug", [4]),  # Figure 2's grids
+    ("05_persian_rug", [6, 7]),  # Figures 4 to 7 and the variance bound, on those grids
+    ("05_persian_rug", [8, 9, 10]),  # the macroscopic loss, its scaling, the linear baseline
+    ("05_persian_rug", [1, 2, 3, 5]),  # the construction, the headline sweep, Figure 3
+    ("03_incidental_polysemanticity", None),
+    ("02_relu_output_model", None),
+    ("01_linear_autoencoders", None),
+    ("04_sparsity_from_noise", None),
+)
+# A part is not started with less time left than this: a chapter's kernel alone takes seconds.
+MIN_START_S = 30
+# After the budget, how long a stopped part may take to end (its kernel is killed) before it is
+# killed outright.
+STOP_GRACE_S = 30
+RECORDS_FILE, LOG_FILE = "paper-records.tar.gz", "paper-run.log"
+# The Python packages the GPU machines' image provides, which the wheels leave out.
+PROVIDED = frozenset(
+    """attrs certifi charset-normalizer click cloudpickle contourpy cycler filelock fonttools
+    fsspec idna jinja2 joblib jaxtyping kiwisolver markupsafe matplotlib msgpack networkx numpy
+    packaging pillow pip platformdirs psutil pygments pyparsing python-dateutil pyyaml requests
+    scipy setuptools six sympy toolz torch tqdm typing-extensions urllib3 wadler-lindig wheel
+    mpmath triton""".split()
+)
+# What the book's execution needs beyond toycore's own dependencies, pinned in requirements.txt.
+EXECUTION_STACK = ("papermill", "nbformat", "ipykernel", "ipywidgets")
+
+
+def covered(record, sections):
+    """Whether ``record`` holds ``sections`` (None: the whole chapter) in current parts."""
+    for part in record["parts"] if record else []:
+        if records.staleness(record["chapter"], part):
+            continue
+        if part["sections"] is None or (sections and set(sections) <= set(part["sections"])):
+            return True
+    return False
+
+
+def check_plan(plan):
+    """The plan's chapters must exist and its sections be lists of numbers: a clear error
+    before any work."""
+    for chapter, sections in plan:
+        select_chapters([chapter])
+        if sections is not None and not (
+            sections and all(isinstance(s, int) and s >= 1 for s in sections)
+        ):
+            raise ValueError(f"{chapter}: sections must be a list of numbers; got {sections!r}")
+
+
+def run(
+    budget,
+    out,
+    profile="paper",
+    device=None,
+    plan=PLAN,
+    folder=None,
+    log=print,
+    min_start=MIN_START_S,
+):
+    """Run ``plan``'s parts that ``folder``'s records (default: ``results/paper``) do not hold
+    current, within ``budget`` seconds, none started with less than ``min_start`` left, then
+    pack the records and the log into ``out``. Returns the outcome of each part:
+    {"chapter, sections": outcome}."""
+    start = time.monotonic()
+    if not budget > 0:
+        raise ValueError(f"budget must be a number of seconds > 0; got {budget!r}")
+    profile = resolve_profile(profile)
+    device = devices.resolve(device)  # a missing GPU stops here
+    check_plan(plan)
+    folder = Path(folder or records.FOLDER)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    deadline = start + budget
+    lines = [
+        f"{devices.describe(device)} ({device.type}), torch {torch.__version__}, profile "
+        f"{profile}, budget {budget:.0f} s"
+    ]
+    outcomes = {}
+    process_log = Path(build_dir()) / "paper-run-processes.log"
+    process_log.parent.mkdir(parents=True, exist_ok=True)
+    for chapter, sections in plan:
+        name = f"{chapter}, {describe_sections(sections)}"
+        if covered(records.load(folder).get(chapter), sections):
+            outcome = "already recorded and current"
+        elif deadline - time.monotonic() < min_start:
+            outcome = f"not started: {max(0, deadline - time.monotonic()):.0f} s left"
+        else:
+            outcome = _run_part(
+                chapter, sections, profile, device, folder, deadline, process_log, log
+            )
+        outcomes[name] = outcome
+        lines.append(f"{name}: {outcome}")
+        log(lines[-1])
+    lines.append(f"total {time.monotonic() - start:.0f} s")
+    (out / LOG_FILE).write_text("\n".join(lines) + "\n")
+    with tarfile.open(out / RECORDS_FILE, "w:gz") as packed:
+        for chapter in dict.fromkeys(chapter for chapter, _ in plan):
+            path = folder / f"{chapter}.json"
+            if path.exists():
+                packed.add(path, arcname=str(Path("results") / "paper" / path.name))
+    log(f"packed into {out / RECORDS_FILE} and {out / LOG_FILE}")
+    return outcomes
+
+
+def _run_part(chapter, sections, profile, device, folder, deadline, process_log, log):
+    """One part in a process of its own, stopped at ``deadline``: its outcome in words."""
+    command = [
+        sys.executable,
+        "-m",
+        "toycore.book",
+        "--profile",
+        profile,
+        "--device",
+        str(device),
+        "--jobs",
+        "1",
+        "--chapters",
+        chapter,
+        "--records",
+        str(folder),
+    ] + (["--sections", ",".join(map(str, sections))] if sections else [])
+    log(f"{chapter}, {describe_sections(sections)}: running ...")
+    began = time.monotonic()
+    with open(process_log, "a") as output:
+        output.write(f"\n$ {' '.join(command)}\n")
+        output.flush()
+        process = subprocess.Popen(
+            command, stdout=output, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        try:
+            code = process.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            _stop(process)
+            return f"stopped at the budget after {time.monotonic() - began:.0f} s, not recorded"
+    seconds = time.monotonic() - began
+    if code == 0:
+        return f"recorded in {seconds:.0f} s"
+    said = process_log.read_text().strip().splitlines()[-1:] or ["no output"]
+    return f"failed after {seconds:.0f} s (exit {code}): {said[0][:300]}"
+
+
+def _stop(process):
+    """Stop a part's process group as Ctrl-C would (the build kills its kernel and says where it
+    stopped), then outright if it does not end within STOP_GRACE_S."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGINT)
+    try:
+        process.wait(timeout=STOP_GRACE_S)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+
+def wheels(folder, python_version="3.12", requirements=REPO_ROOT / "requirements.txt"):
+    """Download into ``folder`` the wheels of EXECUTION_STACK (at requirements.txt's pins) and of
+    what they need, for CPython ``python_version`` on x86-64 Linux, leaving out PROVIDED.
+    Returns the wheels' names."""
+    pins = dict(
+        re.match(r"([A-Za-z0-9_.-]+)==(\S+)", line).groups()
+        for line in Path(requirements).read_text().splitlines()
+        if re.match(r"[A-Za-z0-9_.-]+==", line)
+    )
+    missing = [name for name in EXECUTION_STACK if name not in pins]
+    if missing:
+        raise ValueError(f"requirements.txt pins none of {', '.join(missing)}")
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    platforms = [f"manylinux_2_{n}_x86_64" for n in (17, 24, 27, 28, 31, 34, 35)]
+    with tempfile.TemporaryDirectory() as scratch:
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--quiet",
+                "--disable-pip-version-check",
+                "--only-binary=:all:",
+                "--python-version",
+                python_version,
+                "--implementation",
+                "cp",
+                *(option for platform in platforms for option in ("--platform", platform)),
+                "--platform",
+                "manylinux2014_x86_64",
+                "--platform",
+                "any",
+                "-d",
+                scratch,
+                *(f"{name}=={pins[name]}" for name in EXECUTION_STACK),
+            ],
+            check=True,
+        )
+        kept = []
+        for wheel in sorted(Path(scratch).glob("*.whl")):
+            project = wheel.name.split("-")[0].lower().replace("_", "-").replace(".", "-")
+            if project not in PROVIDED:
+                (folder / wheel.name).write_bytes(wheel.read_bytes())
+                kept.append(wheel.name)
+    return kept
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(
+        prog="python -m toycore.book.paper",
+        description="Run the paper profile's parts that have no current record, within a budget.",
+    )
+    parser.add_argument("--budget", type=float, help="seconds of wall time for the whole run")
+    parser.add_argument("--out", help="the folder for the packed records and the log")
+    parser.add_argument("--profile", default="paper", help="paper (default); ci for a test")
+    parser.add_argument("--device", default=None, help="auto (default), cpu, cuda or cuda:k")
+    parser.add_argument(
+        "--records", default=None, help="the records' folder (default: results/paper)"
+    )
+    parser.add_argument("--wheels", metavar="FOLDER", help="download the wheels instead")
+    parser.add_argument("--python-version", default="3.12", help="the wheels' Python")
+    args = parser.parse_args(argv)
+    try:
+        if args.wheels:
+            names = wheels(args.wheels, args.python_version)
+            print(f"{len(names)} wheels in {args.wheels}")
+            return 0
+        if args.budget is None or args.out is None:
+            parser.error("--budget and --out are needed (or --wheels)")
+        run(args.budget, args.out, args.profile, args.device, folder=args.records)
+    except ValueError as error:
+        print(f"paper run failed: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -77,7 +77,7 @@ def test_a_bound_recorded_with_a_tolerance_shows_the_bound_it_checked():
     assert "<td>≤ 1</td>" in LedgerTable([row])._repr_html_()
 
 
-def test_known_failures_keep_their_computed_verdict():
+def test_known_failures_keep_their_computed_verdict_and_are_expected_while_explained():
     ledger = Ledger("x", "ci")
     ledger.equal("a", "holds", "s", expected=1.0, measured=1.0)
     row = ledger.close_to(
@@ -87,18 +87,33 @@ def test_known_failures_keep_their_computed_verdict():
         expected=1.0,
         measured=3.0,
         tolerance=0.5,
-        known_failure=True,
+        known_failure="a",
         why="the chapter shows why",
     )
-    assert not row["passed"] and row["known_failure"]
+    assert not row["passed"] and row["known_failure"] and row["explained_by"] == "a"
     assert not ledger.all_passed and unexpected_verdicts(ledger.rows) == []
-    assert "explained in the chapter" in ledger.table("b")._repr_html_()
+    assert "explained: <code>a</code> holds" in ledger.table("b")._repr_html_()
+    # a known failure that reproduces after all is unexpected
     ledger.equal(
-        "c", "said not to hold", "s", expected=1.0, measured=1.0, known_failure=True, why="w"
+        "c", "said not to hold", "s", expected=1.0, measured=1.0, known_failure="a", why="w"
     )
     assert unexpected_verdicts(ledger.rows) == ["c"]
+    # so is one whose explanation fails, or was not run
+    ledger.equal("e", "an explanation that fails", "s", expected=1.0, measured=2.0)
+    ledger.equal("f", "explained by e", "s", expected=1.0, measured=2.0, known_failure="e", why="w")
+    ledger.equal(
+        "g", "explained by nothing", "s", expected=1, measured=2, known_failure="z", why="w"
+    )
+    assert unexpected_verdicts(ledger.rows) == ["c", "e", "f", "g"]
+    html = ledger.table()._repr_html_()
+    assert "its explanation <code>e</code> fails" in html
+    assert "its explanation <code>z</code> was not run" in html
     with pytest.raises(ValueError, match="why="):  # a known failure says why, in one sentence
-        ledger.equal("d", "c", "s", expected=1.0, measured=2.0, known_failure=True)
+        ledger.equal("d", "c", "s", expected=1.0, measured=2.0, known_failure="a")
+    with pytest.raises(ValueError, match="names the row that tests its explanation"):
+        ledger.equal("d", "c", "s", expected=1.0, measured=2.0, known_failure=True, why="w")
+    with pytest.raises(ValueError, match="cannot explain itself"):
+        ledger.equal("d", "c", "s", expected=1.0, measured=2.0, known_failure="d", why="w")
 
 
 def test_the_findings_list_failures_slips_and_claims_outside_the_regime():
@@ -110,7 +125,7 @@ def test_the_findings_list_failures_slips_and_claims_outside_the_regime():
         "s",
         expected=1,
         measured=2,
-        known_failure=True,
+        known_failure="law.a",
         why="too few steps",
     )
     ledger.equal("law.c", "fails, unexplained", "s", expected=1, measured=2)
@@ -125,14 +140,14 @@ def test_the_findings_list_failures_slips_and_claims_outside_the_regime():
         "s",
         expected=1,
         measured=1,
-        known_failure=True,
+        known_failure="law.a",
         why="the old explanation",
     )
     ledger.correction("law.slip", "§2", "a wrong 4", fix="we keep the 4")
     recorded_row = dict(ledger.rows[0], passed=False, measured=0.758)  # fails at the texts' sizes
-    # a known failure recorded before rows said why in one sentence
+    # a known failure recorded before rows said why in one sentence and named their explanation
     older = dict(ledger.rows[1], id="law.e", claim="recorded only")
-    del older["why"]
+    del older["why"], older["explained_by"]
     record = {"parts": [{"sections": None, "rows": [recorded_row, older]}]}
 
     def page(stale):
@@ -149,6 +164,7 @@ def test_the_findings_list_failures_slips_and_claims_outside_the_regime():
     rows = {row.split("</td>")[0]: row for row in failing.split("<tr><td>")[1:]}
     assert "{cite:t}`lecomte2023incidental`" in current and "Warning" not in current
     assert "too few steps" in rows["fails, explained"] and "#claim-law-b" in failing
+    assert "explanation <code>law.a</code>: holds" in rows["fails, explained"]
     # law.a: reproduces here, fails at the texts' sizes, which no row explains: its value shown
     assert "unexpected" in rows["reproduces"] and "0.758" in rows["reproduces"]
     assert "#claims-ledger" in rows["reproduces"]  # no anchor: the ledger
@@ -240,7 +256,7 @@ def test_a_row_outside_the_texts_regime_is_shown_and_not_counted():
     assert "1 of 1 reproduce; 1 outside the text's regime" in html
     assert "outside the text's regime</span><br><small>(does not hold here; p·ns 5)" in html
     with pytest.raises(ValueError, match="outside the text's regime is not a known failure"):
-        ledger.at_most("c", "c", "s", measured=1, bound=0, known_failure=True, outside_regime="x")
+        ledger.at_most("c", "c", "s", measured=1, bound=0, known_failure="a", outside_regime="x")
     summary = reports.ledger_summary({"99_example": ledger.rows}, {})
     assert "| 2 | 1 | 0 | 1 |" in summary and "did not reproduce" not in summary
 

@@ -150,6 +150,66 @@ def test_every_label_is_decided_from_sizes_and_settings(chapter):
     assert label_problems(notebook_source(chapter)) == []
 
 
+def _named_explanations(value):
+    """The row ids a known_failure expression can name: string constants, through conditional
+    expressions; None for anything else (a literal True, a computed name)."""
+    if isinstance(value, ast.IfExp):
+        body, orelse = _named_explanations(value.body), _named_explanations(value.orelse)
+        return None if body is None or orelse is None else body | orelse
+    if isinstance(value, ast.Constant) and (value.value is None or isinstance(value.value, str)):
+        return {value.value} - {None, ""}
+    if isinstance(value, ast.JoinedStr):  # a row made per case, named per case
+        return {ast.unparse(value)}
+    return None
+
+
+def explanation_problems(source, makes):
+    """Each known failure that does not name, as a string, a row the chapter makes (``makes``:
+    claim id -> whether the chapter's code can make it), as 'line N: ...'."""
+    problems = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call) and getattr(node.func, "attr", None) in LEDGER_FORMS:
+            for keyword in node.keywords:
+                if keyword.arg != "known_failure":
+                    continue
+                named = _named_explanations(keyword.value)
+                if named is None:
+                    problems.append(
+                        f"line {keyword.lineno}: known_failure is not the id of its "
+                        f"explanation row: {ast.unparse(keyword.value)}"
+                    )
+                    continue
+                for name in named:
+                    pattern = name[2:-1] if name.startswith(("f'", 'f"')) else name
+                    if not makes(pattern.split("{")[0]) and not makes(name):
+                        problems.append(f"line {keyword.lineno}: no row {name} in the chapter")
+    return problems
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda p: p.stem)
+def test_every_known_failure_names_a_row_of_its_chapter_that_tests_its_explanation(chapter):
+    from test_scale import claim_ids_in
+
+    source = notebook_source(chapter)
+    assert explanation_problems(source, claim_ids_in(chapter)) == []
+
+
+def test_the_rule_refuses_a_literal_true_and_a_row_the_chapter_does_not_make():
+    source = """
+ledger.close_to("a", "c", "s", expected=1, measured=2, tolerance=0, known_failure=True, why="w")
+ledger.close_to("b", "c", "s", expected=1, measured=2, tolerance=0, known_failure="a.why", why="w")
+ledger.close_to("c", "c", "s", expected=1, measured=2, tolerance=0,
+                known_failure="b" if P.small else None, why="w")
+ledger.at_most("d", "c", "s", measured=1, bound=2, known_failure=flag, why="w")
+"""
+    makes = {"a", "b", "c", "d"}.__contains__
+    assert explanation_problems(source, makes) == [
+        "line 2: known_failure is not the id of its explanation row: True",
+        "line 3: no row a.why in the chapter",
+        "line 6: known_failure is not the id of its explanation row: flag",
+    ]
+
+
 def test_the_rule_refuses_a_label_that_reads_a_measurement_and_accepts_sizes():
     reads_its_value = """
 ratio = ex.size_sweep(P.sizes).loss / 2

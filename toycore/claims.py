@@ -86,10 +86,12 @@ class Ledger:
 
         spread: the standard deviation over seeds, shown next to ``measured`` when given.
         note: what a reader needs to judge the row (sizes, seeds, why it deviates).
-        known_failure: the chapter has shown, with its explanation, that this claim does not
-            reproduce. The verdict is still computed; the tests flag a known failure that starts
-            passing as firmly as a new failure.
-        why: that explanation in one sentence, for the findings page; required with
+        known_failure: the id of the row, in the same chapter, that tests why this claim does
+            not reproduce (a row that can fail, never a sanity check); None or "": the claim
+            should reproduce. The verdict is still computed. The failure is expected only while
+            that explanation holds: a known failure whose explanation row fails (or is not
+            run), or that reproduces after all, is unexpected (``unexpected_verdicts``).
+        why: the explanation in one sentence, for the findings page; required with
             known_failure (given with a conditional known_failure too: it is shown only when
             the row is one).
         outside_regime: why the text's analysis does not apply at these sizes or settings (an
@@ -122,7 +124,7 @@ class Ledger:
         *,
         spread=None,
         note="",
-        known_failure=False,
+        known_failure=None,
         why="",
         outside_regime="",
     ):
@@ -132,6 +134,13 @@ class Ledger:
         tolerance = _number("tolerance", tolerance)
         if tolerance < 0:
             raise ValueError(f"tolerance must be >= 0; got {tolerance}")
+        if known_failure not in (None, False, "") and not isinstance(known_failure, str):
+            raise ValueError(
+                f"{id}: a known failure names the row that tests its explanation "
+                f"(known_failure='<row id>'), not {known_failure!r}"
+            )
+        if known_failure == id:
+            raise ValueError(f"{id}: a known failure cannot explain itself")
         if known_failure and outside_regime:
             raise ValueError(f"{id}: a row outside the text's regime is not a known failure")
         if known_failure and not why:
@@ -148,6 +157,7 @@ class Ledger:
             spread=None if spread is None else float(spread),
             note=note,
             known_failure=bool(known_failure),
+            explained_by=known_failure or "",
             why=str(why),
             outside_regime=str(outside_regime),
             profile=self.profile,
@@ -175,7 +185,8 @@ class Ledger:
         if not prefixes:
             return LedgerTable(self.rows)
         # a section's table holds its rows' anchors (the findings page links to them)
-        return LedgerTable([row for row in self.rows if row["id"].startswith(prefixes)], True)
+        chosen = [row for row in self.rows if row["id"].startswith(prefixes)]
+        return LedgerTable(chosen, True, context=self.rows)
 
 
 def _format(value):
@@ -188,8 +199,28 @@ def outside(row):
     return bool(row.get("outside_regime"))
 
 
-def verdict_html(row):
-    """A row's verdict as the chapters' tables show it."""
+def explanation(row, rows):
+    """A known failure's explanation row among ``rows`` (a chapter's, or a record's), and
+    whether it holds: (row or None, bool). It holds when it is there, inside the text's regime
+    and reproduces."""
+    found = next((r for r in rows if r["id"] == row.get("explained_by")), None)
+    return found, bool(found and not outside(found) and found["passed"])
+
+
+def expected_to_fail(row, rows):
+    """Whether ``row`` should not reproduce: it is a known failure whose explanation holds
+    among ``rows``. A known failure recorded before rows named their explanation (no
+    ``explained_by``) is taken as expected."""
+    if not row.get("known_failure"):
+        return False
+    if "explained_by" not in row:
+        return True
+    return explanation(row, rows)[1]
+
+
+def verdict_html(row, rows=()):
+    """A row's verdict as the chapters' tables show it; ``rows``: the chapter's, where a known
+    failure's explanation is found."""
     if outside(row):
         held = "holds" if row["passed"] else "does not hold"
         return (
@@ -197,10 +228,23 @@ def verdict_html(row):
             f"<br><small>({held} here; {html.escape(row['outside_regime'])})</small>"
         )
     if row["passed"]:
-        return '<span style="color:#1a7f37">reproduces</span>'
+        verdict = '<span style="color:#1a7f37">reproduces</span>'
+        if row.get("known_failure"):
+            verdict += "<br><small>(unexpected: listed as a known failure)</small>"
+        return verdict
     verdict = '<strong style="color:#cf222e">does not reproduce</strong>'
     if row.get("known_failure"):
-        verdict += "<br><small>(explained in the chapter)</small>"
+        found, holds = explanation(row, rows)
+        name = html.escape(row.get("explained_by") or "")
+        if "explained_by" not in row:
+            verdict += "<br><small>(explained in the chapter)</small>"
+        elif holds:
+            verdict += f"<br><small>(explained: <code>{name}</code> holds)</small>"
+        else:
+            state = "fails" if found else "was not run"
+            verdict += (
+                f"<br><small>(unexpected: its explanation <code>{name}</code> {state})</small>"
+            )
     return verdict
 
 
@@ -211,10 +255,13 @@ def anchor(claim_id):
 
 class LedgerTable:
     """Rows as the chapters' tables show them; ``anchors``: give each row its HTML id;
-    ``note``: a line under the caption (where the texts' sizes stand, ``records.ledger_table``)."""
+    ``note``: a line under the caption (where the texts' sizes stand, ``records.ledger_table``);
+    ``context``: the chapter's rows, where known failures' explanations are found (default:
+    ``rows``)."""
 
-    def __init__(self, rows, anchors=False, note=""):
+    def __init__(self, rows, anchors=False, note="", context=None):
         self.rows, self.anchors, self.note = rows, anchors, note
+        self.context = rows if context is None else context
 
     def _repr_html_(self):
         head = (
@@ -226,7 +273,7 @@ class LedgerTable:
             measured = _format(r["measured"])
             if r["spread"] is not None:
                 measured += f" ± {_format(r['spread'])}"
-            verdict = verdict_html(r)
+            verdict = verdict_html(r, self.context)
             note = f"<br><small>{html.escape(r['note'])}</small>" if r["note"] else ""
             _, expected, tolerance = COMPARISONS[r["compare"]]
             if r["compare"] in ("le", "ge"):  # a bound; older records kept a tolerance on it
@@ -261,18 +308,21 @@ class LedgerTable:
 class BesideTable:
     """This build's rows beside those recorded at the texts' sizes (``toycore.records``): for
     each claim, our value and verdict in each. ``recorded``: the paper record's rows (empty when
-    none holds these claims), ``source``: one line on where and when they were recorded."""
+    none holds these claims), ``source``: one line on where and when they were recorded;
+    ``contexts``: every row of the chapter and of its record, where known failures'
+    explanations are found (default: the rows shown)."""
 
-    def __init__(self, rows, recorded, source):
+    def __init__(self, rows, recorded, source, contexts=None):
         self.rows, self.recorded, self.source = rows, recorded, source
+        self.contexts = contexts or (rows, recorded)
 
-    def _cell(self, row):
+    def _cell(self, row, context):
         if row is None:
             return "<td>not run</td><td></td>"
         measured = _format(row["measured"])
         if row.get("spread") is not None:
             measured += f" ± {_format(row['spread'])}"
-        return f"<td>{measured}</td><td>{verdict_html(row)}</td>"
+        return f"<td>{measured}</td><td>{verdict_html(row, context)}</td>"
 
     def _repr_html_(self):
         here = {row["id"]: row for row in self.rows}
@@ -286,7 +336,8 @@ class BesideTable:
         )
         body = [
             f"<tr><td>{html.escape((here.get(i) or there[i])['claim'])}</td>"
-            f"{self._cell(here.get(i))}{self._cell(there.get(i))}</tr>"
+            f"{self._cell(here.get(i), self.contexts[0])}"
+            f"{self._cell(there.get(i), self.contexts[1])}</tr>"
             for i in ids
         ]
         caption = f"<caption>{html.escape(self.source)}</caption>"
@@ -295,9 +346,14 @@ class BesideTable:
 
 def unexpected_verdicts(rows):
     """The ids of rows whose verdict is not the expected one: every row should reproduce,
-    except the known failures, which should not; a row outside the text's regime may do
-    either."""
-    return [row["id"] for row in rows if not outside(row) and row["passed"] == row["known_failure"]]
+    except the known failures whose explanation holds (``expected_to_fail``), which should not;
+    a row outside the text's regime may do either."""
+    return [
+        row["id"]
+        for row in rows
+        if not outside(row)
+        and (row["passed"] == expected_to_fail(row, rows) or row["passed"] and row["known_failure"])
+    ]
 
 
 def ledger_files(chapter):

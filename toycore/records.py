@@ -220,12 +220,21 @@ def recorded_rows(chapter, *prefixes, folder=None):
     return [row for row in rows if row["id"].startswith(prefixes)] if prefixes else rows
 
 
+def recorded_text(chapter, claim_id, spec=".2f", folder=None):
+    """A recorded row's measured value as text, for prose that speaks of the texts' sizes
+    (``format(value, spec)``), or "not yet recorded"."""
+    row = next((r for r in recorded_rows(chapter, folder=folder) if r["id"] == claim_id), None)
+    return format(row["measured"], spec) if row else "not yet recorded"
+
+
 def beside(ledger, *prefixes, folder=None):
     """The rows of ``ledger`` whose ids start with ``prefixes``, beside the same claims in its
     chapter's paper record (``claims.BesideTable``, which a notebook displays)."""
     rows = [row for row in ledger.rows if row["id"].startswith(prefixes)]
-    recorded = recorded_rows(ledger.chapter, *prefixes, folder=folder)
-    return BesideTable(rows, recorded, status(ledger.chapter, folder))
+    everything = recorded_rows(ledger.chapter, folder=folder)
+    recorded = [row for row in everything if row["id"].startswith(prefixes)]
+    contexts = (ledger.rows, everything)
+    return BesideTable(rows, recorded, status(ledger.chapter, folder), contexts)
 
 
 def part_line(part, changed):

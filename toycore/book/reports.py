@@ -4,7 +4,7 @@ summary and its claim-by-claim comparison with the texts' sizes, and the finding
 import html
 import re
 
-from ..claims import anchor, outside
+from ..claims import anchor, expected_to_fail, explanation, outside
 from ..dependencies import describe_sections
 from ..records import rows_of
 
@@ -45,7 +45,11 @@ def ledger_summary(ledgers, titles):
         )
         failing += [
             f"- {titles.get(stem, stem)}: {row['claim']}"
-            + (" (explained in the chapter)" if row["known_failure"] else " (**unexpected**)")
+            + (
+                f" (explained: `{row.get('explained_by')}` holds)"
+                if expected_to_fail(row, rows)
+                else " (**unexpected**)"
+            )
             for row in tested
             if not row["passed"]
         ]
@@ -54,10 +58,11 @@ def ledger_summary(ledgers, titles):
     return "\n".join(lines)
 
 
-def verdict_words(row):
+def verdict_words(row, rows=()):
     """A row's verdict in words, as the chapters' tables give it (HTML): "not run" for a claim
-    a record does not hold; a failure says whether the chapter explains it, a known failure
-    that reproduces says so."""
+    a record does not hold; a failure says whether it is expected (a known failure whose
+    explanation holds among ``rows``, its chapter's or its record's), a known failure that
+    reproduces says so."""
     if row is None:
         return "not run"
     if outside(row):
@@ -67,7 +72,9 @@ def verdict_words(row):
             return "reproduces, <strong>unexpected</strong>: listed as a known failure"
         return "reproduces"
     words = "<strong>does not reproduce</strong>"
-    return words + (" (explained)" if row.get("known_failure") else ", <strong>unexpected</strong>")
+    return words + (
+        " (explained)" if expected_to_fail(row, rows) else ", <strong>unexpected</strong>"
+    )
 
 
 def _stale_sentence(changed):
@@ -121,9 +128,13 @@ def paper_comparison(ledgers, recorded, titles, stale):
         ]
         for claim_id in list(rows) + [k for k in paper if k not in rows]:
             row = rows.get(claim_id) or paper[claim_id]
-            here = verdict_words(rows[claim_id]) if claim_id in rows else "not in this build"
+            here = (
+                verdict_words(rows[claim_id], ledgers[stem])
+                if claim_id in rows
+                else "not in this build"
+            )
             there = (
-                verdict_words(paper[claim_id])
+                verdict_words(paper[claim_id], list(paper.values()))
                 if claim_id in paper
                 else "not run"
                 if record is None or partial
@@ -161,25 +172,33 @@ def _value(row):
     return f"{measured} (the claim: {bound}{row['expected']:.4g}{tolerance})"
 
 
-def _side(row, stale=False):
-    """One side's cell in the findings table: the verdict, the value where it fails or
-    contradicts a known failure, and a warning when it comes from a stale record."""
+def _side(row, rows, stale=False):
+    """One side's cell in the findings table: the verdict, the value, and a warning when it
+    comes from a stale record. ``rows``: that side's rows (the build's or the record's)."""
     if row is None:
         return "not run"
-    words = verdict_words(row)
-    if not outside(row) and row["passed"] == bool(row.get("known_failure")):
-        words += f": {html.escape(_value(row))}"
+    words = f"{verdict_words(row, rows)}: {html.escape(_value(row))}"
     if stale:
         words += " <em>(from a stale record)</em>"
     return words
 
 
-def _failure_why(rows):
-    """The explanation of a failing claim: the ``why`` of a side where it is a known failure
-    and fails; a failure that no side explains is unexpected."""
-    for row in rows:
-        if row and not outside(row) and not row["passed"] and row.get("known_failure"):
-            return html.escape(row.get("why") or "explained in the chapter")
+def _failure_why(sides):
+    """The explanation of a failing claim, from ``sides`` ((row, that side's rows) pairs): the
+    ``why`` of a side where it is a known failure, with its explanation row and that row's
+    verdict there; a failure that no side expects is unexpected."""
+    for row, rows in sides:
+        if outside(row) or row["passed"] or not row.get("known_failure"):
+            continue
+        why = html.escape(row.get("why") or "explained in the chapter")
+        if "explained_by" not in row:  # recorded before rows named their explanation
+            return why
+        found, holds = explanation(row, rows)
+        name = f"<code>{html.escape(row['explained_by'])}</code>"
+        if holds:
+            return f"{why} (explanation {name}: holds, {html.escape(_value(found))})"
+        said = f"fails, {html.escape(_value(found))}" if found else "not run"
+        return f"<strong>unexpected</strong>: {why}, but its explanation {name} {said}"
     return "<strong>unexpected</strong>: not explained yet"
 
 
@@ -214,22 +233,24 @@ def findings(ledgers, corrections, recorded, anchors, stale):
             for claim_id in list(here) + [k for k in there if k not in here]:
                 mine, theirs = here.get(claim_id), there.get(claim_id)
                 row = mine or theirs
-                sides = [r for r in (mine, theirs) if r]
+                contexts = (ledgers[stem], rows_of(record) if record else [])
+                sides = [(r, rows) for r, rows in zip((mine, theirs), contexts) if r]
                 start = (
                     f"<tr><td>{html.escape(row['claim'])}</td>"
                     f"<td>{_link(stem, page, claim_id)}</td>"
                 )
                 stale_row = bool(theirs and old and old[theirs["part"]])
                 cells = (
-                    f"<td>{_side(mine)}</td>"
-                    f"<td>{_side(theirs, stale_row) if record else 'no record'}</td></tr>"
+                    f"<td>{_side(mine, contexts[0])}</td>"
+                    f"<td>{_side(theirs, contexts[1], stale_row) if record else 'no record'}"
+                    "</td></tr>"
                 )
-                if any(not outside(r) and not r["passed"] for r in sides):
+                if any(not outside(r) and not r["passed"] for r, _ in sides):
                     failing.append(f"{start}<td>{_failure_why(sides)}</td>{cells}")
-                elif any(not outside(r) and r.get("known_failure") for r in sides):
-                    why = next(r.get("why") for r in sides if r.get("known_failure"))
+                elif any(not outside(r) and r.get("known_failure") for r, _ in sides):
+                    why = next(r.get("why") for r, _ in sides if r.get("known_failure"))
                     contradicted.append(f"{start}<td>{html.escape(why or '')}</td>{cells}")
-                elif all(outside(r) for r in sides):
+                elif all(outside(r) for r, _ in sides):
                     beyond.append(
                         f"{start}<td>{html.escape(row['outside_regime'])}</td>"
                         f"<td>{'holds' if row['passed'] else 'does not hold'}</td></tr>"

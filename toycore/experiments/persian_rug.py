@@ -211,6 +211,22 @@ def headline_verdict(rows):
     )
 
 
+def trend_words(rows):
+    """What a ledger's ``headline.trend`` row says, as a clause the prose can quote: whether
+    trained / rug closes toward 1 as ns grows inside the text's regime."""
+    row = next((row for row in rows if row["id"] == "headline.trend"), None)
+    if row is None:
+        return "was not recorded"
+    if row.get("outside_regime"):
+        return "cannot be read: fewer than two sizes lie inside the regime"
+    z = row["measured"]
+    if z >= row["expected"]:
+        return f"closes toward 1, by {z:.1f} standard errors of its slope"
+    if z <= -row["expected"]:
+        return f"moves away from 1, by {-z:.1f} standard errors of its slope"
+    return f"shows no clear trend ({z:+.1f} standard errors of its slope)"
+
+
 def linear_runs(features, density, ratios, seeds, *, max_steps=45_000):
     """Trained linear models (no ReLU) with a bias, to check the exact linear optimum: their
     losses and whether the stopping rule stopped them (not the cap), each (R, S)."""
@@ -338,9 +354,7 @@ def headline(sweep, density, ratio):
     sizes = np.array(list(sweep))  # in the sweep's order
     converged = np.array([sweep[n].converged for n in sizes])
     fitted = [[fitted_rug(int(n), density, ratio, seed).loss for seed in RUG_SEEDS] for n in sizes]
-    gaussian = [
-        [row_macroscopic_loss(W, b, density) for W, b in zip(sweep[n].W, sweep[n].b)] for n in sizes
-    ]
+    gaussian = [row_macroscopic_loss(sweep[n].W, sweep[n].b, density) for n in sizes]
     return Headline(
         sizes=sizes,
         density=density,
@@ -424,11 +438,13 @@ def figure2_levels(grid):
     )
 
 
-def beats_linear(grid, levels, max_density, min_ratio):
+def beats_linear(grid, levels, max_density, min_ratio, min_density=0.0):
     """Whether each trained model (each seed) beats the linear optimum, at the cells with
-    p <= max_density and nd/ns >= min_ratio: a flat boolean array, one entry per model the
-    stopping rule stopped."""
-    cells = (grid.densities[:, None] <= max_density) & (levels.ratios[None, :] >= min_ratio)
+    min_density <= p <= max_density and nd/ns >= min_ratio: a flat boolean array, one entry per
+    model the stopping rule stopped."""
+    densities = grid.densities[:, None]
+    cells = (densities >= min_density) & (densities <= max_density)
+    cells = cells & (levels.ratios[None, :] >= min_ratio)
     stopped = grid.converged[cells].ravel()
     return (grid.loss < levels.linear[..., None])[cells].ravel()[stopped]
 
@@ -467,6 +483,64 @@ def loss_parts(W, b, density, samples=EVAL_SAMPLES, seed=0):
         count += torch.stack([(1 - on).sum(1), on.sum(1)])
     off, on = (error / count).numpy()
     return LossParts(diagonal=np.diagonal(W.numpy(), axis1=-2, axis2=-1), off=off, on=on)
+
+
+@dataclass(frozen=True)
+class InterferenceShape:
+    """How trained models' interference differs from the Gaussian the text assumes, per output
+    of M models of one ns, measured on fresh data: ν_i = Σ_{j≠i} W_ij x_j, the output when its
+    own feature is off being ReLU(ν_i + b_i)."""
+
+    skewness: np.ndarray  # (M, ns) the sample skewness of ν_i
+    off: np.ndarray  # (M, ns) E ReLU(ν_i + b_i)², measured
+    gaussian_off: np.ndarray  # (M, ns) the same for a Gaussian ν_i of the same mean and variance
+    samples: int  # the inputs each estimate rests on
+
+
+@cached
+@torch.no_grad()
+def interference_shape(W, b, density, samples=EVAL_SAMPLES, seed=0):
+    """``InterferenceShape`` of trained models: W (M, ns, ns), b (M, ns); float64 on the CPU,
+    every model and output at once, a batch of inputs at a time."""
+    W, b = torch.as_tensor(np.asarray(W), dtype=torch.float64), torch.as_tensor(np.asarray(b))
+    models, features = W.shape[0], W.shape[-1]
+    off_diagonal = W * (1 - torch.eye(features, dtype=torch.float64))  # (M, ns, ns)
+    data = SparseUniform(
+        [seed] * models,
+        features,
+        1 - th.check_density(density),
+        device="cpu",
+        dtype=torch.float64,
+        purpose="interference",
+    )
+    # running sums over samples, per model and output: ν, ν², ν³, ReLU(ν + b)²
+    sums = torch.zeros(4, models, features, dtype=torch.float64)
+    for _ in range(samples // BATCH):
+        nu = data.sample(BATCH) @ off_diagonal.transpose(-1, -2)  # (M, batch, ns)
+        screened = torch.relu(nu + b[:, None, :].double()).square()
+        sums += torch.stack([nu.sum(1), nu.square().sum(1), nu.pow(3).sum(1), screened.sum(1)])
+    count = BATCH * (samples // BATCH)
+    mean, second, third, off = (sums / count).numpy()
+    variance = np.maximum(second - mean**2, 1e-300)
+    skewness = (third - 3 * mean * variance - mean**3) / variance**1.5
+    _, gaussian_off = th.relu_moments(mean + np.asarray(b, float), np.sqrt(variance))
+    return InterferenceShape(skewness, off, gaussian_off, count)
+
+
+def closing_trend(head):
+    """How trained / rug moves with ns inside the text's regime: the least-squares slope of each
+    converged model's ratio against log₂ ns, its standard error, and the mean ratio at the
+    largest such ns; (nan, nan, nan) with fewer than two sizes inside."""
+    from scipy import stats
+
+    inside = head.inside & (~np.isnan(head.trained)).any(1)
+    if inside.sum() < 2:
+        return np.nan, np.nan, np.nan
+    x = np.repeat(np.log2(head.sizes[inside]), head.trained.shape[1])
+    y = (head.trained[inside] / head.rug).ravel()
+    kept = ~np.isnan(y)
+    fit = stats.linregress(x[kept], y[kept])
+    return fit.slope, fit.stderr, float(np.nanmean(head.trained[inside][-1]) / head.rug)
 
 
 def interference_samples(W, density, row=0, samples=20_000, seed=0):
@@ -538,18 +612,18 @@ def random_bound_ratios(features, hiddens, seeds, density):
 def row_macroscopic_loss(W, b, density):
     """The text's Gaussian-interference loss with each output's own statistics, averaged over
     outputs: output i has a_i = W_ii, bias b_i + (p/2) Σ_{j≠i} W_ij (the interference mean moved
-    into it) and interference sd √(Var x Σ_{j≠i} W_ij²) / a_i. W (ns, ns), b (ns,)."""
+    into it) and interference sd √(Var x Σ_{j≠i} W_ij²) / a_i. W (..., ns, ns), b (..., ns),
+    density broadcastable to the leading shape (...): every model and output at once. Returns
+    (...)."""
     W, b = np.asarray(W, float), np.asarray(b, float)
-    diagonal = np.diag(W)
-    off = W - np.diag(diagonal)
+    density = np.asarray(density, float)[..., None]  # (..., 1): per model, for every output
+    diagonal = np.diagonal(W, axis1=-2, axis2=-1)  # (..., ns)
     a = np.where(np.abs(diagonal) < 1e-12, 1e-12, np.abs(diagonal))  # a dead output: a -> 0
-    spread = np.sqrt(th.feature_variance(density) * (off**2).sum(1))
-    bias = b + density / 2 * off.sum(1)
-    return float(
-        np.mean(
-            [th.macroscopic_loss(ai, bi, si / ai, density) for ai, bi, si in zip(a, bias, spread)]
-        )
-    )
+    spread = np.sqrt(th.feature_variance(density) * ((W**2).sum(-1) - diagonal**2))
+    bias = b + density / 2 * (W.sum(-1) - diagonal)
+    sigma = np.maximum(spread / a, 1e-12)
+    losses = th.output_losses(a, bias, sigma, np.broadcast_to(density, a.shape))
+    return losses.reshape(a.shape).mean(-1)
 
 
 def crossing(sizes, losses, level):

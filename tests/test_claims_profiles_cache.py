@@ -160,6 +160,12 @@ def test_the_findings_list_failures_slips_and_claims_outside_the_regime():
         )
 
     current = page([])
+    # at a glance: the counts, each explanation with its claims' values, the unexpected ones
+    glance = current.split("## Incidental")[0]
+    assert glance.startswith("## At a glance")
+    assert "3 claim(s) do not reproduce in this build, 2 at the texts' sizes" in glance
+    assert "too few steps (explanation: `law.a`). `law.b` 2 (here)." in glance
+    assert "**unexpected** (at the texts' sizes): reproduces: 0.758" in glance
     failing, contradicted, slips, outside_table = current.split("<table")[1:]
     rows = {row.split("</td>")[0]: row for row in failing.split("<tr><td>")[1:]}
     assert "{cite:t}`lecomte2023incidental`" in current and "Warning" not in current

@@ -152,6 +152,8 @@ def render_first_chapter(tmp_path, repository):
     (source / "chapters").mkdir(parents=True)
     for name in ("_config.yml", "references.bib"):
         shutil.copy2(REPO_ROOT / name, source / name)
+    for folder in config.BOOK_FOLDERS:  # the extension _config.yml names
+        shutil.copytree(REPO_ROOT / folder, source / folder)
     chapter = config.chapters()[0]
     notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# Chapter 1")])
     notebook.metadata["kernelspec"] = {

@@ -50,6 +50,7 @@ from ..paths import build_dir as default_build_dir
 from ..profiles import resolve_profile
 from .config import (
     BOOK_FILES,
+    BOOK_FOLDERS,
     add_sphinx_config,
     chapter_part,
     notebook_title,
@@ -132,8 +133,10 @@ def build(
         (source / "chapters").mkdir(parents=True, exist_ok=True)
         for name in BOOK_FILES:
             shutil.copy2(REPO_ROOT / name, source / name)
-        # the book's own style sheet, which Jupyter Book adds to every page from _static/
-        shutil.copytree(REPO_ROOT / "_static", source / "_static", dirs_exist_ok=True)
+        # the book's own style sheet, which Jupyter Book adds to every page, and its own
+        # Sphinx extension
+        for folder in BOOK_FOLDERS:
+            shutil.copytree(REPO_ROOT / folder, source / folder, dirs_exist_ok=True)
         # the chapters show the models they train with {literalinclude} /toycore/models.py
         shutil.copytree(
             PACKAGE,  # the toycore that runs: a clone's, or one installed from it
@@ -246,8 +249,9 @@ def _dependencies(chapter, sections, profile):
 
 def render_html(source, build_dir):
     """Sphinx renders the executed book in ``source`` into ``<build_dir>/html``, warnings as
-    errors; returns index.html."""
+    errors, with the book's own extensions (``source/_ext``) importable; returns index.html."""
     jupyter_book = Path(sys.executable).parent / "jupyter-book"
+    path = os.pathsep.join(filter(None, [str(source / "_ext"), os.environ.get("PYTHONPATH")]))
     subprocess.run(
         [str(jupyter_book), "config", "sphinx", str(source)], check=True, stdout=subprocess.DEVNULL
     )
@@ -266,7 +270,8 @@ def render_html(source, build_dir):
             str(build_dir / "doctrees"),
             str(source),
             str(html_dir),
-        ]
+        ],
+        env={**os.environ, "PYTHONPATH": path},
     )
     if result.returncode != 0:
         raise BuildError("Sphinx reported warnings or errors (above); the book was not published")

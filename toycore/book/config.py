@@ -10,6 +10,7 @@ import yaml
 from ..dependencies import cells_for
 from ..paths import REPO_ROOT, TOC
 
+BOOK_FOLDERS = ("_static", "_ext")  # the style sheet; the extension that loads MathJax everywhere
 BOOK_FILES = (
     "_config.yml",
     "_toc.yml",

@@ -202,6 +202,55 @@ def _failure_why(sides):
     return "<strong>unexpected</strong>: not explained yet"
 
 
+def _short_value(row):
+    measured = f"{row['measured']:.3g}"
+    return measured + (f" ± {row['spread']:.2g}" if row.get("spread") is not None else "")
+
+
+def _at_a_glance(name, stems, ledgers, recorded):
+    """One text's summary for the top of the findings page, in Markdown: how many of its claims
+    fail in this build and at the texts' sizes, then each explanation with the values of the
+    claims it explains (at the texts' sizes where recorded, else in this build), then each
+    unexpected failure with its value."""
+    groups, unexpected, counted = {}, [], [0, 0]
+    for stem in stems:
+        here = ledgers[stem]
+        there = rows_of(recorded[stem]) if stem in recorded else []
+        said = {row["id"]: row.get("why") for row in here}  # an old record's rows lack why
+        for side, (rows, label) in enumerate(((here, "here"), (there, "at the texts' sizes"))):
+            tested = [row for row in rows if not outside(row)]
+            counted[side] += sum(not row["passed"] for row in tested)
+            for row in tested:
+                expected = expected_to_fail(row, rows)
+                if row["passed"] and not row.get("known_failure"):
+                    continue
+                if not expected or row["passed"]:
+                    unexpected.append((stem, label, row))
+                    continue
+                why = row.get("why") or said.get(row["id"]) or "explained in the chapter"
+                shown = groups.setdefault((stem, why), {})
+                if row["id"] not in shown or side == 1:  # the texts' sizes where recorded
+                    shown[row["id"]] = (label, row)
+    lines = [
+        f"**{name}**: {counted[0]} claim(s) do not reproduce in this build, {counted[1]} at the "
+        "texts' sizes."
+    ]
+    for (stem, why), shown in groups.items():
+        values = "; ".join(
+            f"`{claim_id}` {_short_value(row)} ({label})"
+            for claim_id, (label, row) in shown.items()
+        )
+        named = {row.get("explained_by") for _, row in shown.values()} - {None, ""}
+        because = f" (explanation: {', '.join(f'`{n}`' for n in sorted(named))})" if named else ""
+        lines.append(f"- {_chapter(stem).capitalize()}: {why}{because}. {values}.")
+    for stem, label, row in unexpected:
+        lines.append(
+            f"- {_chapter(stem).capitalize()}, **unexpected** ({label}): {row['claim']}: "
+            f"{_short_value(row)}."
+        )
+    return lines
+
+
 def findings(ledgers, corrections, recorded, anchors, stale):
     """The findings page's body, grouped by text: the claims that do not reproduce, in this
     build or at the texts' sizes, each with the one-sentence explanation of a side where the
@@ -210,10 +259,12 @@ def findings(ledgers, corrections, recorded, anchors, stale):
     and, apart, the claims checked outside a text's regime. ``corrections``: {chapter: entries}
     (``toycore.claims.load_corrections``); ``anchors``: {chapter: the row anchors its page has}
     (``row_anchors``); ``stale``: {chapter: what changed since its record was made}."""
-    lines = []
     texts = {}
     for stem in ledgers:
         texts.setdefault(TEXTS[stem], []).append(stem)
+    lines = ["## At a glance", ""]
+    for (name, _), stems in texts.items():
+        lines += _at_a_glance(name, stems, ledgers, recorded) + [""]
     for (name, key), stems in texts.items():
         failing, contradicted, repaired, beyond, warnings = [], [], [], [], []
         for stem in stems:

@@ -496,3 +496,17 @@ def test_the_intro_shows_the_paper_verdicts_or_says_none_was_recorded(built):
             }
         else:
             assert "has not been run" in said and {c[2].get_text() for c in cells} == {"not run"}
+
+
+def test_tf32_products_are_emulated_on_the_cpu_and_named_in_the_cache_key(monkeypatch):
+    x = torch.tensor([1 + 2**-11, 1 + 3 * 2**-11, 1 + 2**-10 + 2**-12, -(2 + 2**-9)])
+    assert torch.equal(devices.matmul_operand(x), x)  # float32 by default: untouched
+    key = cache.cache_key(rug_training.train_group.uncached, "cpu")
+    monkeypatch.setenv("TOYCORE_MATMUL", "tf32")
+    rounded = devices.matmul_operand(x)  # 10 mantissa bits, ties to even
+    assert rounded.tolist() == [1.0, 1 + 2**-9, 1 + 2**-10, -(2 + 2**-9)]
+    assert torch.equal(devices.matmul_operand(x.double()), x.double())  # float64: not products
+    assert "-cpu-tf32-" in cache.cache_key(rug_training.train_group.uncached, "cpu") != key
+    monkeypatch.setenv("TOYCORE_MATMUL", "bf16")
+    with pytest.raises(ValueError, match="TOYCORE_MATMUL must be float32 or tf32"):
+        devices.use("cpu")

@@ -180,10 +180,15 @@ def check_source_unchanged(func):
 
 def cache_key(func, device=None):
     """The cache folder's name for ``func``'s results (the plain function) on ``device``
-    (default: the current one): its code key, the device type and the torch, numpy and scipy
-    versions."""
+    (default: the current one): its code key, the device type (with ``-tf32`` where matrix
+    products round to TF32) and the torch, numpy and scipy versions."""
     device = devices.current() if device is None else torch.device(device)
-    return f"{code_key(func)}-{device.type}-{_versions()}"
+    return f"{code_key(func)}-{_device_kind(device)}-{_versions()}"
+
+
+def _device_kind(device):
+    tf32 = "-tf32" if devices.matmul_precision() == "tf32" else ""
+    return f"{device.type}{tf32}"
 
 
 def _versions():
@@ -341,7 +346,7 @@ def book_key(device=None):
     device = devices.current() if device is None else torch.device(device)
     keys = sorted(f"{_qualified(func)} {code_key(func)}" for func in _every_cached_function())
     digest = hashlib.sha256("\n".join(keys).encode()).hexdigest()[:16]
-    return f"{digest}-{device.type}-{_versions()}"
+    return f"{digest}-{_device_kind(device)}-{_versions()}"
 
 
 def prune(root=None):
@@ -352,7 +357,7 @@ def prune(root=None):
     current = {
         f"{code_key(func)}-{device}-{_versions()}"
         for func in _every_cached_function()
-        for device in ("cpu", "cuda")
+        for device in ("cpu", "cuda", "cpu-tf32", "cuda-tf32")
     }
     removed = []
     for folder in sorted(root.iterdir()) if root.is_dir() else []:

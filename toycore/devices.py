@@ -1,5 +1,7 @@
 """Where the book computes: ``TOYCORE_DEVICE`` = ``auto`` (default), ``cpu``, ``cuda`` or
-``cuda:k``.
+``cuda:k``; and how precisely chapter 5's models multiply matrices: ``TOYCORE_MATMUL`` =
+``float32`` (default) or ``tf32``, TensorFloat-32's 10-bit mantissa for the products' inputs
+(on a GPU its tensor cores; on the CPU the same rounding, emulated, to measure what it changes).
 
 ``auto`` means the GPU when torch sees one, else the CPU. A notebook's ``device`` parameter wins
 over the environment variable. Every model, data stream, seed generator and trainer is built on
@@ -15,6 +17,7 @@ import re
 import torch
 
 DEVICE_PATTERN = re.compile(r"cpu|cuda(:\d+)?")
+MATMUL_PRECISIONS = ("float32", "tf32")
 _current = None
 
 
@@ -46,10 +49,35 @@ def resolve(device=None):
 
 
 def use(device=None):
-    """Make ``device`` (see ``resolve``) the one every later computation in this process uses."""
+    """Make ``device`` (see ``resolve``) the one every later computation in this process uses,
+    with the matrix-product precision ``matmul_precision`` says."""
     global _current
-    _current = resolve(device)
+    chosen, precision = resolve(device), matmul_precision()  # bad values stop here
+    _current = chosen
+    if chosen.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
     return _current
+
+
+def matmul_precision():
+    """``$TOYCORE_MATMUL``: ``float32`` (default) or ``tf32``; a clear error for another."""
+    value = os.environ.get("TOYCORE_MATMUL") or "float32"
+    if value not in MATMUL_PRECISIONS:
+        raise ValueError(f"TOYCORE_MATMUL must be float32 or tf32; got {value!r}")
+    return value
+
+
+def matmul_operand(tensor):
+    """``tensor`` as a matrix product reads it: rounded to TF32's 10-bit mantissa (nearest,
+    ties to even) where ``tf32`` is asked for on the CPU, which has no such products; as it is
+    otherwise (a GPU rounds in its tensor cores)."""
+    if tensor.device.type != "cpu" or tensor.dtype != torch.float32:
+        return tensor
+    if matmul_precision() != "tf32":
+        return tensor
+    bits = tensor.contiguous().view(torch.int32)
+    kept = (bits + 0xFFF + ((bits >> 13) & 1)) & ~0x1FFF  # round away the 13 lowest bits
+    return kept.view(torch.float32)
 
 
 def current():

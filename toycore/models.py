@@ -21,6 +21,7 @@ from torch import Tensor, nn
 from . import devices
 from .checks import check_choice, check_per_instance, check_range, check_seeds, check_size
 from .data import basis_vectors
+from .devices import matmul_operand as _m
 from .noise import HiddenNoise
 from .seeding import generator
 
@@ -392,9 +393,10 @@ class UntiedAutoencoder(Instances):
     def forward(self, x: Batch) -> Batch:
         # under train_until_converged's functional_call, W_in holds only the running instances
         x = self.check_inputs(x, instances=self.W_in.shape[0])
-        hidden = torch.bmm(x, self.W_in.mT)  # -> (instances, batch, hidden)
+        # every product's inputs as ``toycore.devices.matmul_precision`` asks (``_m``)
+        hidden = torch.bmm(_m(x), _m(self.W_in).mT)  # -> (instances, batch, hidden)
         # b as (instances, 1, features) + (instances, batch, hidden) x (instances, hidden, features)
-        pre = torch.baddbmm(self.b.unsqueeze(-2), hidden, self.W_out.mT)
+        pre = torch.baddbmm(self.b.unsqueeze(-2), _m(hidden), _m(self.W_out).mT)
         return torch.relu(pre) if self.output == "relu" else pre
 
     def loss(self, x: Batch) -> PerInstance:
@@ -409,22 +411,24 @@ class UntiedAutoencoder(Instances):
         (instances, batch, features) activations than these gemms need, and on a CPU those passes
         made a batched step slower than a plain one-model loop."""
         scale = 2 / (x.shape[-2] * x.shape[-1])  # d mean(e²) / d e = scale · e
+        x, W_in, W_out = _m(x), _m(W_in), _m(W_out)  # as the products read them
         hidden = torch.bmm(x, W_in.mT)  # -> (instances, batch, hidden)
         # -> (instances, batch, features): b broadcast over the batch, then W_out's product added
-        error = torch.baddbmm(b.unsqueeze(-2), hidden, W_out.mT)
+        error = torch.baddbmm(b.unsqueeze(-2), _m(hidden), W_out.mT)
         if self.output == "relu":
             closed = error <= 0  # where the ReLU outputs 0 and passes no gradient
             error.clamp_min_(0)
         error.sub_(x)  # y - x
         # (instances, 1, batch·features) x (instances, batch·features, 1): each instance's sum
-        loss = torch.bmm(error.flatten(1).unsqueeze(1), error.flatten(1).unsqueeze(2))
+        flat = _m(error.flatten(1))
+        loss = torch.bmm(flat.unsqueeze(1), flat.unsqueeze(2))
         loss = loss.flatten() * (scale / 2)
         if self.output == "relu":
             error.masked_fill_(closed, 0)  # now d loss / d(pre-activation), up to ``scale``
         # (instances, features, batch) x (instances, batch, hidden) -> (instances, features, hidden)
-        grad_W_out = torch.bmm(error.mT, hidden).mul_(scale)
+        grad_W_out = torch.bmm(_m(error).mT, _m(hidden)).mul_(scale)
         # (instances, batch, features) x (instances, features, hidden) -> (instances, batch, hidden)
-        grad_hidden = torch.bmm(error, W_out)
+        grad_hidden = torch.bmm(_m(error), W_out)
         # (instances, hidden, batch) x (instances, batch, features) -> (instances, hidden, features)
-        grad_W_in = torch.bmm(grad_hidden.mT, x).mul_(scale)
+        grad_W_in = torch.bmm(_m(grad_hidden).mT, x).mul_(scale)
         return loss, (grad_W_in, grad_W_out, error.sum(-2).mul_(scale))

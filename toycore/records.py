@@ -6,7 +6,7 @@ one or more *parts*, each a run of some of the chapter's sections::
     {"chapter": "05_persian_rug", "profile": "paper",
      "parts": [{"sections": [1, 2, 3, 5]  (null: the whole chapter),
                 "provenance": {"commit", "uncommitted_changes", "code", "device",
-                               "device_type", "torch", "numpy", "scipy", "python",
+                               "device_type", "matmul", "torch", "numpy", "scipy", "python",
                                "wall_time_s", "chapters_at_once", "recorded"},
                 "dependencies": {"key", "toycore": {unit: digest}, "cells": [[where, digest]]},
                 "rows": [the rows those sections made, as Ledger.save writes them]}]}
@@ -86,7 +86,7 @@ ROW_KEYS = (
 )
 # A part made with the same code, device type and libraries, with the same rows, is the same
 # run's: a rebuild that found every result in the cache keeps it (see ``recorded_before``).
-SAME_RUN = ("code", "device_type", "torch", "numpy", "scipy")
+SAME_RUN = ("code", "device_type", "matmul", "torch", "numpy", "scipy")
 
 
 def _git(*args, root=REPO_ROOT):
@@ -155,6 +155,7 @@ def provenance(chapter, device, wall_time_s, chapters_at_once, code):
         code=code,
         device=devices.describe(device),
         device_type=device.type,
+        matmul=devices.matmul_precision(),
         torch=torch.__version__,
         numpy=numpy.__version__,
         scipy=scipy.__version__,

@@ -203,20 +203,28 @@ def train_until_converged(
         m1 = {name: first_moment[name][index] for name in names}
         m2 = {name: second_moment[name][index] for name in names}
         running_lr = lr[index]
+        # the same tensors as lists, in the order of ``names``, for the foreach operations
+        params, firsts, seconds = ([d[name] for name in names] for d in (live, m1, m2))
         finished, pending = [], []  # pending: this stretch's losses, (running,) each, on the device
         while not finished:
             x = data.sample(batch, running)  # (running, batch, features)
             loss, grads = model.loss_and_grads(x, **live)  # loss: (running,)
             taken += 1
             correction1, correction2 = 1 - betas[0] ** taken, 1 - betas[1] ** taken
-            # torch.optim.Adam's update, with each instance's own step size
+            # torch.optim.Adam's update, with each instance's own step size: each operation
+            # on every parameter at once (one kernel launch for all of them on a GPU, where a
+            # small model's step is otherwise launches, not arithmetic)
+            grads = list(grads)
             step_size = running_lr / correction1
-            for name, grad in zip(names, grads):
-                m1[name].lerp_(grad, 1 - betas[0])
-                m2[name].mul_(betas[1]).addcmul_(grad, grad, value=1 - betas[1])
-                denominator = (m2[name].sqrt() / correction2**0.5).add_(eps)
-                update = step_size.view(-1, *[1] * (grad.dim() - 1)) * m1[name]
-                live[name].addcdiv_(update, denominator, value=-1)
+            sizes = [step_size.view(-1, *[1] * (p.dim() - 1)) for p in params]
+            torch._foreach_lerp_(firsts, grads, 1 - betas[0])
+            torch._foreach_mul_(seconds, betas[1])
+            torch._foreach_addcmul_(seconds, grads, grads, value=1 - betas[1])
+            denominators = torch._foreach_sqrt(seconds)
+            torch._foreach_div_(denominators, correction2**0.5)
+            torch._foreach_add_(denominators, eps)
+            updates = torch._foreach_mul(firsts, sizes)
+            torch._foreach_addcdiv_(params, updates, denominators, value=-1)
             pending.append(loss.detach())
             bar.update(1)
             if taken == cap or taken % check_every == 0:

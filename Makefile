@@ -56,12 +56,14 @@ book: $(INSTALLED)
 # installed beside it, and toycore is read from this tree.
 WHEELS := .whl
 GPU_SITE := /tmp/toycore-site
+# float32, or tf32 (chapter 5's products on the tensor cores) where no verdict moves with it
+MATMUL ?= float32
 paper-gpu:
 	@test -n "$(BUDGET)" -a -n "$(OUT)" || { echo "make paper-gpu needs BUDGET=<seconds> OUT=<folder>" >&2; exit 1; }
 	@if [ -d $(WHEELS) ]; then python3 -m pip install --quiet --no-index --no-deps --no-compile \
 		--no-cache-dir --upgrade --target $(GPU_SITE) $(WHEELS)/*.whl; fi
-	PYTHONPATH=$(GPU_SITE):$(CURDIR) PYTHONUNBUFFERED=1 python3 -m toycore.book.paper \
-		--budget $(BUDGET) --out $(OUT) $(if $(DEVICE),--device $(DEVICE))
+	PYTHONPATH=$(GPU_SITE):$(CURDIR) PYTHONUNBUFFERED=1 TOYCORE_MATMUL=$(MATMUL) python3 -m \
+		toycore.book.paper --budget $(BUDGET) --out $(OUT) $(if $(DEVICE),--device $(DEVICE))
 
 wheels-gpu: $(INSTALLED)
 	rm -rf $(WHEELS)

@@ -14,6 +14,11 @@ ratio, and models per hour at the steps a model of this size needs to converge
 comparable. On a GPU (``--device cuda``) the clock is read after the GPU has finished; try
 ``--features 512 2048`` and the paper profile's grid (``--densities 0.001 0.01 0.05 0.1 0.2
 0.4 0.6 --ratios 0.02 0.05 0.1 0.2 0.3 0.4 0.6 0.8``).
+
+It also counts the operations one training step issues (each a kernel launch on a GPU, where a
+small model's step costs launches, not arithmetic): the step as ``train_until_converged`` takes
+it (Adam on every parameter at once, ``torch._foreach_*``) against the same update written one
+parameter at a time, as it was before.
 """
 
 import argparse
@@ -71,6 +76,48 @@ def batched(features, cells, steps, device):  # train_group builds on devices.us
         train_group.uncached(features, densities, hiddens[group[0]], group, steps=steps)
 
 
+def _adam_one_at_a_time(params, grads, firsts, seconds, step_size, taken, betas, eps):
+    """The chapter's Adam update before it took every parameter at once (for the count)."""
+    correction1, correction2 = 1 - betas[0] ** taken, 1 - betas[1] ** taken
+    step = step_size / correction1
+    for param, grad, first, second in zip(params, grads, firsts, seconds):
+        first.lerp_(grad, 1 - betas[0])
+        second.mul_(betas[1]).addcmul_(grad, grad, value=1 - betas[1])
+        denominator = (second.sqrt() / correction2**0.5).add_(eps)
+        param.addcdiv_(step.view(-1, *[1] * (grad.dim() - 1)) * first, denominator, value=-1)
+
+
+def _adam_at_once(params, grads, firsts, seconds, step_size, taken, betas, eps):
+    """``train_until_converged``'s update, as it is now."""
+    correction1, correction2 = 1 - betas[0] ** taken, 1 - betas[1] ** taken
+    step = step_size / correction1
+    sizes = [step.view(-1, *[1] * (p.dim() - 1)) for p in params]
+    torch._foreach_lerp_(firsts, grads, 1 - betas[0])
+    torch._foreach_mul_(seconds, betas[1])
+    torch._foreach_addcmul_(seconds, grads, grads, value=1 - betas[1])
+    denominators = torch._foreach_sqrt(seconds)
+    torch._foreach_div_(denominators, correction2**0.5)
+    torch._foreach_add_(denominators, eps)
+    torch._foreach_addcdiv_(params, torch._foreach_mul(firsts, sizes), denominators, value=-1)
+
+
+def operations_per_step(features, hidden, instances, update):
+    """The top-level torch operations of one training step (forward, gradients, ``update``),
+    counted with torch's profiler: on a GPU, about one kernel launch each."""
+    from toycore.models import UntiedAutoencoder
+
+    model = UntiedAutoencoder(features, hidden, list(range(instances)))
+    params = [p.detach() for p in model.parameters()]
+    firsts, seconds = [torch.zeros_like(p) for p in params], [torch.zeros_like(p) for p in params]
+    data = SparseUniform(model.seeds, features, 0.95)
+    x, step_size = data.sample(BATCH), torch.full((instances,), learning_rate(features))
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    with torch.profiler.profile(activities=activities) as profile:
+        _, grads = model.loss_and_grads(x, *params)
+        update(params, list(grads), firsts, seconds, step_size, 1, (0.9, 0.999), 1e-7)
+    return sum(1 for e in profile.events() if e.cpu_parent is None and e.name.startswith("aten::"))
+
+
 def timed(run, device, *args):
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -102,6 +149,17 @@ def main():
         f"{len(cells)} models (p in {args.densities}, nd/ns in {args.ratios}), {args.steps} "
         f"Adam steps each, batch {BATCH}, on {devices.describe(device)}, "
         f"{torch.get_num_threads()} threads"
+    )
+    counts = {
+        name: operations_per_step(args.features[0], 64, 8, update)
+        for name, update in (
+            ("one parameter at a time", _adam_one_at_a_time),
+            ("every parameter at once", _adam_at_once),
+        )
+    }
+    print(
+        "operations per training step (forward, gradients, Adam): "
+        + ", ".join(f"{name} {count}" for name, count in counts.items())
     )
     for features in args.features:
         batched(features, cells, 2, device)  # warm up: kernels, allocator

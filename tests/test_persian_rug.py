@@ -385,3 +385,63 @@ def test_the_headline_in_words_reads_each_sizes_rows():
         "rugs lose: the claim does not reproduce there"
     )
     assert ex.headline_verdict(rows[:1]) == "no size lies inside the text's regime"
+
+
+def test_the_gaussian_prediction_of_many_models_at_once_is_each_ones_own():
+    rng = np.random.default_rng(0)
+    W = rng.normal(0, 0.05, (3, 32, 32))
+    W[:, range(32), range(32)] = rng.uniform(0.5, 1.4, (3, 32))
+    b = rng.normal(-0.1, 0.05, (3, 32))
+    densities = np.array([0.045, 0.1, 0.3])
+    together = ex.row_macroscopic_loss(W, b, densities)
+    for k in range(3):  # output by output, with the text's formula and its checks
+        diagonal = np.diag(W[k])
+        off = W[k] - np.diag(diagonal)
+        sigma = np.sqrt(th.feature_variance(densities[k]) * (off**2).sum(1)) / diagonal
+        bias = b[k] + densities[k] / 2 * off.sum(1)
+        alone = np.mean(
+            [th.macroscopic_loss(a, c, s, densities[k]) for a, c, s in zip(diagonal, bias, sigma)]
+        )
+        assert together[k] == pytest.approx(alone, rel=1e-12)
+
+
+def test_the_interference_shape_of_gaussian_like_and_skewed_interference():
+    """Many small weights of both signs make ν nearly Gaussian: little skew, and the ReLU passes
+    what a Gaussian predicts; weights of one sign on few active features skew it."""
+    rng = np.random.default_rng(1)
+    n = 256
+    mixed = np.eye(n) + rng.normal(0, 0.02, (n, n)) * (1 - np.eye(n))
+    one_sign = np.eye(n) - np.abs(rng.normal(0, 0.02, (n, n))) * (1 - np.eye(n))
+    b = np.full((1, n), -0.02)
+    near = ex.interference_shape.uncached(mixed[None], b, 0.3, samples=8192)
+    skewed = ex.interference_shape.uncached(one_sign[None], b, 0.02, samples=8192)
+    assert np.abs(near.skewness).mean() < 0.2 < np.abs(skewed.skewness).mean()
+    assert near.off.mean() / near.gaussian_off.mean() == pytest.approx(1, abs=0.1)
+    assert skewed.samples == 8192 and near.off.shape == (1, n)
+
+
+def test_the_trend_past_the_texts_sizes_joins_two_sweeps_and_reads_its_slope():
+    def point(trained, converged=(True, True)):
+        return SimpleNamespace(
+            W=None,
+            b=None,
+            loss=np.array(trained),
+            converged=np.array(converged),
+            steps=np.array([100, 200]),
+        )
+
+    rug = th.rug_loss(0.045, 0.25)[0]
+    texts = ex.ratio_headline({1024: point([0.80 * rug, 0.82 * rug])}, 0.045, 0.25)
+    beyond = ex.ratio_headline(
+        {4096: point([0.90 * rug, 0.91 * rug]), 8192: point([0.95 * rug, 0.94 * rug])},
+        0.045,
+        0.25,
+    )
+    both = ex.joined(texts, beyond)
+    assert both.sizes.tolist() == [1024, 4096, 8192] and both.inside.all()
+    slope, error, last = ex.closing_trend(both)
+    assert slope > 0 and error > 0 and last == pytest.approx(0.945)  # closing toward 1
+    assert np.isnan(ex.closing_trend(texts)[0])  # one size: no trend
+    row = dict(id="beyond.trend", measured=slope / error, expected=2.0, outside_regime="")
+    assert ex.trend_words([row], "beyond.trend").startswith("closes toward 1")
+    assert ex.trend_words([], "beyond.trend") == "was not recorded"

@@ -209,6 +209,10 @@ PERSIAN_RUG = dict(
         sweep_seeds=[0, 1],
         linear_features=32,  # ns of the linear baseline
         rug_features=256,  # ns of the live rug in the explorer
+        # past the texts' sizes (ours, section 11): a GPU's in the paper profile; ci's size only
+        # exercises the code, and the cpu profile stops at the texts' sizes
+        beyond_sizes=[384],
+        beyond_seeds=[0],
     ),
     cpu=dict(
         sizes=[32, 64, 128],
@@ -221,6 +225,8 @@ PERSIAN_RUG = dict(
         sweep_seeds=[0, 1],
         linear_features=64,
         rug_features=1024,
+        beyond_sizes=[],
+        beyond_seeds=[],
     ),
     paper=dict(
         sizes=[128, 512, 2048],
@@ -235,5 +241,7 @@ PERSIAN_RUG = dict(
         sweep_seeds=[0, 1, 2],
         linear_features=512,
         rug_features=8192,
+        beyond_sizes=[4096, 8192],  # three seeds each, p = 0.045, nd/ns = 0.25
+        beyond_seeds=[0, 1, 2],
     ),
 )

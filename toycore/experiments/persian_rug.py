@@ -211,10 +211,10 @@ def headline_verdict(rows):
     )
 
 
-def trend_words(rows):
-    """What a ledger's ``headline.trend`` row says, as a clause the prose can quote: whether
+def trend_words(rows, claim_id="headline.trend"):
+    """What a ledger's trend row (``claim_id``) says, as a clause the prose can quote: whether
     trained / rug closes toward 1 as ns grows inside the text's regime."""
-    row = next((row for row in rows if row["id"] == "headline.trend"), None)
+    row = next((row for row in rows if row["id"] == claim_id), None)
     if row is None:
         return "was not recorded"
     if row.get("outside_regime"):
@@ -525,6 +525,47 @@ def interference_shape(W, b, density, samples=EVAL_SAMPLES, seed=0):
     skewness = (third - 3 * mean * variance - mean**3) / variance**1.5
     _, gaussian_off = th.relu_moments(mean + np.asarray(b, float), np.sqrt(variance))
     return InterferenceShape(skewness, off, gaussian_off, count)
+
+
+def ratio_headline(sweep, density, ratio):
+    """A ``Headline`` of trained / rug alone (no fitted rugs, no Gaussian prediction: NaN), for
+    sizes too large to build rugs of: past the texts' sizes."""
+    sizes = np.array(list(sweep))
+    converged = np.array([sweep[n].converged for n in sizes])
+    trained = np.where(converged, [sweep[n].loss for n in sizes], np.nan)
+    return Headline(
+        sizes=sizes,
+        density=density,
+        ratio=ratio,
+        inside=th.in_regime(density, sizes),
+        trained=trained,
+        capped=(~converged).sum(1),
+        steps=np.array([sweep[n].steps for n in sizes]),
+        rug=th.rug_loss(density, ratio)[0],
+        fitted=np.full((len(sizes), len(RUG_SEEDS)), np.nan),
+        gaussian=np.full_like(trained, np.nan),
+    )
+
+
+def joined(first, second):
+    """Two ``Headline``s of one (p, nd/ns) as one, sizes in order, seeds padded with NaN."""
+    seeds = max(first.trained.shape[1], second.trained.shape[1])
+
+    def pad(values):
+        return np.pad(values, ((0, 0), (0, seeds - values.shape[1])), constant_values=np.nan)
+
+    return Headline(
+        sizes=np.concatenate([first.sizes, second.sizes]),
+        density=first.density,
+        ratio=first.ratio,
+        inside=np.concatenate([first.inside, second.inside]),
+        trained=np.concatenate([pad(first.trained), pad(second.trained)]),
+        capped=np.concatenate([first.capped, second.capped]),
+        steps=np.concatenate([pad(first.steps.astype(float)), pad(second.steps.astype(float))]),
+        rug=first.rug,
+        fitted=np.concatenate([first.fitted, second.fitted]),
+        gaussian=np.concatenate([pad(first.gaussian), pad(second.gaussian)]),
+    )
 
 
 def closing_trend(head):

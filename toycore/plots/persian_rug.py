@@ -151,6 +151,36 @@ def _outside_regime(ax, sizes, density):
     ax.minorticks_off()
 
 
+def beyond(head, texts_largest, tolerance):
+    """Past the texts' sizes (ours): each seed's trained loss over the rug's large-ns loss against
+    ns (dots, their mean a line), the texts' largest size marked, the regime's start shaded."""
+    fig, ax = figure(width=5.6, height=3.4)
+    ax.axhspan(
+        1 - tolerance, 1 + tolerance, color="C3", alpha=0.15, lw=0, label=f"±{tolerance:.0%}"
+    )
+    ax.axhline(1, color="C3", lw=1)
+    seeds = head.trained.shape[-1]
+    ratios = head.trained / head.rug
+    ax.plot(np.repeat(head.sizes, seeds), ratios.ravel(), "o", color="C0", ms=4, alpha=0.5)
+    ax.plot(head.sizes, np.nanmean(ratios, -1), "-", color="C0", label="trained / rug (ns → ∞)")
+    ax.axvline(texts_largest, color="0.4", ls=":", lw=1, label="the texts' largest ns")
+    outside = head.sizes[~head.inside]
+    if outside.size:
+        ax.axvspan(
+            head.sizes.min() / 1.2,
+            outside.max() * 1.2,
+            color="0.9",
+            zorder=0,
+            label="below the text's regime",
+        )
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("ns (features)")
+    ax.set_ylabel("trained loss / rug's loss")
+    ax.set_title(f"Past the texts' sizes (ours): p = {head.density:g}, nd/ns = {head.ratio:g}")
+    ax.legend(fontsize=8)
+    return fig
+
+
 def headline(head, tolerance, recorded=()):
     """The text's central claim against ns: each seed's trained loss over the rug's large-ns loss
     (dots, their mean a line), the same over an actual rug of that ns with a and b fitted on

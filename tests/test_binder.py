@@ -6,8 +6,8 @@ toycore and executes every chapter once, warming the result cache), and ``jupyte
 repo2docker adds. Then a Jupyter server on 127.0.0.1 and Chromium through Playwright, every
 request to any other host refused:
 
-- each chapter opens in JupyterLab, "Run All Cells" runs every cell, and no cell has an error
-  (two chapters at a time, a kernel each, as two readers would);
+- each chapter opens in JupyterLab (a workspace of its own), "Run All Cells" runs every cell,
+  and no cell has an error (two chapters at a time, a kernel each, as two readers would);
 - the kernel's peak memory (VmHWM) fits mybinder.org's 2 GiB, and the time Run All took is
   recorded (``<build>/binder/<profile>.json``, and printed);
 - a live explorer's control moved and its Run button pressed give a different figure.
@@ -47,6 +47,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from toycore import cache
 from toycore.book.config import chapters
@@ -61,6 +62,9 @@ CPU_INDEX_LINE = "--extra-index-url https://download.pytorch.org/whl/cpu"
 CHAPTERS = [notebook.name for notebook in chapters()]
 RUN_ALL_TIMEOUT_S = {"ci": 600, "cpu": 3600}[PROFILE]
 RESULTS = REPO_ROOT / "_build" / "binder" / f"{PROFILE}.json"
+# How long the server, a page or a kernel may take to come up: seconds when warm, minutes on a
+# cold 2-core machine building the book beside this test. Every wait polls, so ends when ready.
+START_TIMEOUT_S = 300
 
 
 def log(message):
@@ -152,6 +156,11 @@ def server(binder):
     repo, environ, venv = binder
     port, token = free_port(), "binder-test"
     server_log = repo.parent / "jupyter-server.log"
+    # A Jupyter config folder of its own, as a fresh Binder session has: JupyterLab keeps its
+    # workspaces and user settings there, so none from an earlier run or from the user's own
+    # JupyterLab (~/.jupyter) is restored into the pages or overrides the settings above.
+    config = repo.parent / "jupyter-config"
+    config.mkdir(exist_ok=True)
     # --allow-root: the tests may run as root (CI does); Binder runs as a user, where it is moot.
     process = subprocess.Popen(
         [
@@ -168,21 +177,24 @@ def server(binder):
             "--LabApp.expose_app_in_browser=True",
         ],
         cwd=repo,
-        env=environ,
+        env={**environ, "JUPYTER_CONFIG_DIR": str(config)},
         stdout=subprocess.DEVNULL,
         stderr=server_log.open("w"),
     )
     base = f"http://127.0.0.1:{port}"
-    for _ in range(120):
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while True:
         try:
-            urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=2)
+            urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=10)
             break
         except OSError:
-            time.sleep(1)
-    else:
+            if process.poll() is None and time.monotonic() < deadline:
+                time.sleep(1)
+                continue
         process.kill()
         pytest.fail(
-            "the Jupyter server did not start in 2 minutes; it said:\n"
+            f"the Jupyter server {'exited' if process.poll() else 'did not answer'} within "
+            f"{START_TIMEOUT_S} s; it said:\n"
             + "\n".join(server_log.read_text().splitlines()[-10:])
         )
     yield base, token
@@ -195,7 +207,7 @@ def api(server, path, method="GET"):
     request = urllib.request.Request(
         f"{base}/api/{path}", method=method, headers={"Authorization": f"token {token}"}
     )
-    with urllib.request.urlopen(request, timeout=30) as response:
+    with urllib.request.urlopen(request, timeout=60) as response:
         body = response.read()
     return json.loads(body) if body else None
 
@@ -225,23 +237,74 @@ def peak_memory(pid):
     return int(re.search(r"VmHWM:\s+(\d+) kB", status).group(1)) * 1024
 
 
-PROMPTS = "[...document.querySelectorAll('.jp-CodeCell .jp-InputPrompt')].map(p => p.textContent)"
-# The notebook the reader has open, from JupyterLab's own objects (exposed by the server setting).
-PANEL = "window.jupyterapp?.shell.currentWidget"
-KERNEL_IDLE = (
-    f"{PANEL}?.context?.isReady && {PANEL}.sessionContext?.session?.kernel?.status === 'idle'"
+# The chapter's notebook panel, from JupyterLab's own objects (exposed by the server setting),
+# found by its path: the shell's current widget is whatever the page activated last.
+PANEL = "[...(window.jupyterapp?.shell.widgets('main') ?? [])].find(w => w.context?.path === path)"
+# Its code cells' prompts: "[*]:" queued or running, "[3]:" run, "[ ]:" not run.
+PROMPTS = (
+    f"[...({PANEL}).node.querySelectorAll('.jp-CodeCell .jp-InputPrompt')].map(p => p.textContent)"
 )
+KERNEL_IDLE = f"path => ({PANEL})?.sessionContext?.session?.kernel?.status === 'idle'"
+# Opened, current (Run All acts on the current widget), loaded, and its kernel started and idle,
+# what the status bar shows as "(ipykernel) | Idle": then its session and kernel ids.
+OPENED = f"""path => {{
+  const shell = window.jupyterapp?.shell, panel = shell && {PANEL};
+  if (!panel) return false;
+  if (shell.currentWidget !== panel) shell.activateById(panel.id);
+  const session = panel.sessionContext?.session;
+  return shell.currentWidget === panel && panel.context.isReady &&
+    session?.kernel?.status === 'idle' && {{session: session.id, kernel: session.kernel.id}};
+}}"""
+# What the page has open, for a failure's message.
+PAGE_STATE = """() => { const shell = window.jupyterapp?.shell; return shell && {
+  current: shell.currentWidget?.context?.path ?? shell.currentWidget?.title.label,
+  open: [...shell.widgets('main')].map(w => [w.context?.path ?? w.title.label,
+                                             w.sessionContext?.session?.kernel?.status]) }; }"""
 
 
 def open_chapter(browser, server, name):
+    """A page with the chapter open in JupyterLab and its kernel idle: (context, page, its
+    session as the server lists it)."""
     base, token = server
+    path = f"chapters/{name}"
     context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    # A cold machine takes longer than Playwright's 30 s for a click or a load.
+    context.set_default_timeout(120_000)
     page = context.new_page()
     page.route("**/*", only_local)
-    page.goto(f"{base}/lab/tree/chapters/{name}?token={token}")
-    # Loaded, its kernel started and idle: what the status bar shows as "(ipykernel) | Idle".
-    page.wait_for_function(f"() => {KERNEL_IDLE}", timeout=180_000, polling=500)
-    return context, page
+    # A workspace of the page's own: /lab/tree/... loads the default workspace, which every page
+    # saves its open notebooks into, so a later page would restore the earlier pages' notebooks
+    # (starting kernels for them) and might show one of them as its current widget.
+    workspace = f"binder-{Path(name).stem}-{os.urandom(4).hex()}"
+    try:
+        page.goto(f"{base}/lab/workspaces/{workspace}/tree/{path}?token={token}")
+        try:
+            opened = page.wait_for_function(
+                OPENED, arg=path, timeout=START_TIMEOUT_S * 1000, polling=500
+            ).json_value()
+        except PlaywrightTimeout:
+            raise AssertionError(
+                f"{name}: not open with an idle kernel after {START_TIMEOUT_S} s; the page has "
+                f"{page.evaluate(PAGE_STATE)}"
+            ) from None
+        return context, page, listed_session(server, path, opened)
+    except BaseException:
+        context.close()
+        raise
+
+
+def listed_session(server, path, opened):
+    """The server's record of the page's session, once it lists it (a moment after the page has
+    it; longer on a loaded machine)."""
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while not (listed := [s for s in api(server, "sessions") if s["id"] == opened["session"]]):
+        assert time.monotonic() < deadline, (
+            f"{path}: the server lists no session {opened} after {START_TIMEOUT_S} s"
+        )
+        time.sleep(0.5)
+    session = listed[0]
+    assert session["path"] == path and session["kernel"]["id"] == opened["kernel"], session
+    return session
 
 
 def click_run_all(page):
@@ -250,14 +313,30 @@ def click_run_all(page):
     page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Run All Cells$")).click()
 
 
-# The in-page widgets (toycore.widgets.in_page) in the page, and those their script built.
-IN_PAGE_WIDGETS = """() => [document.querySelectorAll('.toycore-inpage').length,
-                          document.querySelectorAll('.toycore-inpage[data-mounted]').length]"""
+# The in-page widgets (toycore.widgets.in_page) in the notebook, and those their script built.
+IN_PAGE_WIDGETS = f"""path => {{ const node = ({PANEL}).node;
+  return [node.querySelectorAll('.toycore-inpage').length,
+          node.querySelectorAll('.toycore-inpage[data-mounted]').length]; }}"""
 
 
-def open_notebook(page):
+def in_page_widgets(page, path):
+    """[in-page widgets, those built], once every one is built or after 30 s (their script runs
+    as JupyterLab renders the output, which may trail the kernel's idle on a loaded machine)."""
+    try:
+        page.wait_for_function(
+            f"path => {{ const [found, built] = ({IN_PAGE_WIDGETS})(path); "
+            "return found === built; }",
+            arg=path,
+            timeout=30_000,
+        )
+    except PlaywrightTimeout:
+        pass  # the test reports which were not built
+    return page.evaluate(IN_PAGE_WIDGETS, path)
+
+
+def open_notebook(page, path):
     """The notebook as the reader's JupyterLab holds it, outputs included (nbformat JSON)."""
-    return page.evaluate(f"() => {PANEL}.content.model.toJSON()")
+    return page.evaluate(f"path => ({PANEL}).content.model.toJSON()", path)
 
 
 def record(name, **numbers):
@@ -271,15 +350,15 @@ def record(name, **numbers):
 EXPLORER_CHAPTER = CHAPTERS[0]
 # Chapters run two at a time, the longest first: a kernel each, on a machine's two cores.
 AT_ONCE = 2
+RUN_EXPLORER_TIMEOUT_S = 300
 
 
 class Running:
     """One chapter open in its own page, Run All Cells clicked; ``poll`` says when it is done."""
 
     def __init__(self, browser, server, name):
-        self.name = name
-        self.context, self.page = open_chapter(browser, server, name)
-        self.session = next(s for s in api(server, "sessions") if s["path"].endswith(name))
+        self.name, self.path = name, f"chapters/{name}"
+        self.context, self.page, self.session = open_chapter(browser, server, name)
         self.pid = kernel_pid(self.session["kernel"]["id"])
         click_run_all(self.page)
         self.start, self.started = time.perf_counter(), False
@@ -288,11 +367,17 @@ class Running:
         """The seconds Run All took once no cell is queued or running and the kernel is idle
         (None before)."""
         elapsed = time.perf_counter() - self.start
-        if self.page.evaluate(f"() => {PROMPTS}.some(text => text.includes('*'))"):
-            self.started = True
-        elif not self.started:
-            assert elapsed < 30, f"{self.name}: Run All started no cell in 30 s"
-        elif self.page.evaluate(f"() => {KERNEL_IDLE}"):
+        prompts = self.page.evaluate(f"path => {PROMPTS}", self.path)
+        # Started: a cell queued, running or run (a short chapter may be done by the first poll,
+        # which waits while the next chapter's page opens).
+        self.started = self.started or any(
+            "*" in text or re.search(r"\d", text) for text in prompts
+        )
+        if not self.started:
+            assert elapsed < 120, f"{self.name}: Run All started no cell in 120 s: {prompts}"
+        elif not any("*" in text for text in prompts) and self.page.evaluate(
+            KERNEL_IDLE, self.path
+        ):
             return elapsed
         assert elapsed < RUN_ALL_TIMEOUT_S, f"{self.name}: Run All not done in {elapsed:.0f} s"
         return None
@@ -320,8 +405,8 @@ def chapters_run(browser, server):
                 outcomes[chapter.name] = (
                     seconds,
                     peak_memory(chapter.pid),
-                    open_notebook(chapter.page),
-                    chapter.page.evaluate(IN_PAGE_WIDGETS),
+                    open_notebook(chapter.page, chapter.path),
+                    in_page_widgets(chapter.page, chapter.path),
                 )
             except Exception as error:  # noqa: BLE001 (reported by that chapter's test)
                 outcomes[chapter.name] = error
@@ -396,7 +481,7 @@ def test_moving_a_live_explorers_control_and_pressing_run_changes_its_figure(
             .last
         )
         image = explorer.locator("img").first
-        image.wait_for(timeout=60_000)
+        image.wait_for(timeout=START_TIMEOUT_S * 1000)
         before = figure_digest(image)
         seed = explorer.locator(".widget-slider").filter(
             has=page.locator(".widget-label", has_text=re.compile(r"^seed$"))
@@ -407,11 +492,15 @@ def test_moving_a_live_explorers_control_and_pressing_run_changes_its_figure(
         page.keyboard.press("ArrowRight")
         page.wait_for_function("el => el.textContent === '1'", arg=readout.element_handle())
         explorer.locator("button", has_text=re.compile(r"^Run$")).click()
-        deadline = time.time() + 120
+        # Run trains a model in the kernel: seconds when warm, longer on a loaded machine.
+        deadline = time.monotonic() + RUN_EXPLORER_TIMEOUT_S
         after = before
-        while after == before and time.time() < deadline:
+        while after == before and time.monotonic() < deadline:
             time.sleep(1)
             after = figure_digest(explorer.locator("img").first)
     finally:
         context.close()
-    assert after != before, "the live explorer's figure did not change after Run with seed 1"
+    assert after != before, (
+        f"the live explorer's figure did not change in {RUN_EXPLORER_TIMEOUT_S} s after Run "
+        "with seed 1"
+    )

@@ -26,6 +26,7 @@ from toycore.theory import persian_rug as rug
 SCREENSHOTS = REPO_ROOT / "_build" / "screenshots"
 CHAPTER_PAGES = [f"chapters/{notebook.stem}" for notebook in config.chapters()]
 PAGES = ["intro", "findings"] + CHAPTER_PAGES + ["reproducing"]
+TIMEOUT_MS = 120_000  # the longest a page's load, or any wait in it, may take
 
 
 class QuietHandler(http.server.SimpleHTTPRequestHandler):
@@ -57,6 +58,9 @@ class OfflinePage:
         self.context = browser.new_context(
             viewport={"width": 1280, "height": 900}, service_workers="block"
         )
+        # Playwright's 30 s for a load or a wait is too short for a chapter page on a cold,
+        # loaded 2-core machine (the book build and the Binder test run beside this file).
+        self.context.set_default_timeout(TIMEOUT_MS)
         self.page = self.context.new_page()
         self.errors, self.refused, self.unsettled = [], [], None
         self.page.on("pageerror", lambda error: self.errors.append(str(error)))
@@ -222,7 +226,7 @@ def test_each_precomputed_slider_changes_the_figure(pages, name):
             page.wait_for_function(
                 f"([area, before]) => ({VISIBLE_FIGURE_JS})(area) !== before",
                 arg=[explorer.element_handle(), before],
-                timeout=5000,
+                timeout=30_000,  # the page swaps a precomputed figure in: a loaded machine lags
             )
             after = visible_figure(explorer)
             assert after.startswith("blob:") and after != before, (
@@ -257,7 +261,7 @@ def train_in_page(page, widget, **values):
     set_controls(widget, **values)
     widget.locator("button", has_text="Train").click()
     page.wait_for_function(
-        "root => root.toycore.state === 'done'", arg=widget.element_handle(), timeout=60_000
+        "root => root.toycore.state === 'done'", arg=widget.element_handle(), timeout=180_000
     )
     return widget.evaluate("root => root.toycore")
 

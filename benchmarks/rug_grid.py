@@ -38,6 +38,7 @@ from toycore.experiments.rug_training import (
     shard_plan,
     train_group,
 )
+from toycore.train import adam_update
 
 
 class PlainModel(nn.Module):
@@ -77,7 +78,7 @@ def batched(features, cells, steps, device):  # train_group builds on devices.us
 
 
 def _adam_one_at_a_time(params, grads, firsts, seconds, step_size, taken, betas, eps):
-    """The chapter's Adam update before it took every parameter at once (for the count)."""
+    """``toycore.train.adam_update`` as it was, one parameter at a time (for the count)."""
     correction1, correction2 = 1 - betas[0] ** taken, 1 - betas[1] ** taken
     step = step_size / correction1
     for param, grad, first, second in zip(params, grads, firsts, seconds):
@@ -85,20 +86,6 @@ def _adam_one_at_a_time(params, grads, firsts, seconds, step_size, taken, betas,
         second.mul_(betas[1]).addcmul_(grad, grad, value=1 - betas[1])
         denominator = (second.sqrt() / correction2**0.5).add_(eps)
         param.addcdiv_(step.view(-1, *[1] * (grad.dim() - 1)) * first, denominator, value=-1)
-
-
-def _adam_at_once(params, grads, firsts, seconds, step_size, taken, betas, eps):
-    """``train_until_converged``'s update, as it is now."""
-    correction1, correction2 = 1 - betas[0] ** taken, 1 - betas[1] ** taken
-    step = step_size / correction1
-    sizes = [step.view(-1, *[1] * (p.dim() - 1)) for p in params]
-    torch._foreach_lerp_(firsts, grads, 1 - betas[0])
-    torch._foreach_mul_(seconds, betas[1])
-    torch._foreach_addcmul_(seconds, grads, grads, value=1 - betas[1])
-    denominators = torch._foreach_sqrt(seconds)
-    torch._foreach_div_(denominators, correction2**0.5)
-    torch._foreach_add_(denominators, eps)
-    torch._foreach_addcdiv_(params, torch._foreach_mul(firsts, sizes), denominators, value=-1)
 
 
 def operations_per_step(features, hidden, instances, update):
@@ -154,7 +141,7 @@ def main():
         name: operations_per_step(args.features[0], 64, 8, update)
         for name, update in (
             ("one parameter at a time", _adam_one_at_a_time),
-            ("every parameter at once", _adam_at_once),
+            ("every parameter at once", adam_update),
         )
     }
     print(

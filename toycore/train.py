@@ -152,6 +152,23 @@ def stopped(losses, window):
     return np.mean(losses[-window:]) >= np.mean(losses[-2 * window : -window])
 
 
+def adam_update(params, grads, firsts, seconds, lr, taken, betas, eps):
+    """torch.optim.Adam's update of ``params`` in place, with each instance's own learning rate
+    ``lr`` (instances,), at step ``taken`` (from 1); ``firsts`` and ``seconds`` are the moments,
+    updated in place. Each operation acts on every parameter at once (one kernel launch for all
+    of them on a GPU, where a small model's step is otherwise launches, not arithmetic)."""
+    correction1, correction2 = 1 - betas[0] ** taken, 1 - betas[1] ** taken
+    step_size = lr / correction1
+    sizes = [step_size.view(-1, *[1] * (p.dim() - 1)) for p in params]  # per instance
+    torch._foreach_lerp_(firsts, grads, 1 - betas[0])
+    torch._foreach_mul_(seconds, betas[1])
+    torch._foreach_addcmul_(seconds, grads, grads, value=1 - betas[1])
+    denominators = torch._foreach_sqrt(seconds)
+    torch._foreach_div_(denominators, correction2**0.5)
+    torch._foreach_add_(denominators, eps)
+    torch._foreach_addcdiv_(params, torch._foreach_mul(firsts, sizes), denominators, value=-1)
+
+
 def train_until_converged(
     model,
     data,
@@ -210,21 +227,7 @@ def train_until_converged(
             x = data.sample(batch, running)  # (running, batch, features)
             loss, grads = model.loss_and_grads(x, **live)  # loss: (running,)
             taken += 1
-            correction1, correction2 = 1 - betas[0] ** taken, 1 - betas[1] ** taken
-            # torch.optim.Adam's update, with each instance's own step size: each operation
-            # on every parameter at once (one kernel launch for all of them on a GPU, where a
-            # small model's step is otherwise launches, not arithmetic)
-            grads = list(grads)
-            step_size = running_lr / correction1
-            sizes = [step_size.view(-1, *[1] * (p.dim() - 1)) for p in params]
-            torch._foreach_lerp_(firsts, grads, 1 - betas[0])
-            torch._foreach_mul_(seconds, betas[1])
-            torch._foreach_addcmul_(seconds, grads, grads, value=1 - betas[1])
-            denominators = torch._foreach_sqrt(seconds)
-            torch._foreach_div_(denominators, correction2**0.5)
-            torch._foreach_add_(denominators, eps)
-            updates = torch._foreach_mul(firsts, sizes)
-            torch._foreach_addcdiv_(params, updates, denominators, value=-1)
+            adam_update(params, list(grads), firsts, seconds, running_lr, taken, betas, eps)
             pending.append(loss.detach())
             bar.update(1)
             if taken == cap or taken % check_every == 0:

@@ -459,20 +459,26 @@ class LossParts:
     on: np.ndarray  # (M, ns) E[(x_i - y_i)² | x_i > 0]
 
 
+def _host_data(models, features, density, seed, purpose):
+    """Fresh inputs for analysing trained models on the host, in float64: every model the same
+    stream (``seed``, ``purpose``)."""
+    return SparseUniform(
+        [seed] * models,
+        features,
+        1 - th.check_density(density),
+        device="cpu",
+        dtype=torch.float64,
+        purpose=purpose,
+    )
+
+
 @cached
 @torch.no_grad()
 def loss_parts(W, b, density, samples=EVAL_SAMPLES, seed=0):
     """``LossParts`` of trained models: W (M, ns, ns), b (M, ns), float64 on the CPU."""
     W, b = torch.as_tensor(np.asarray(W), dtype=torch.float64), torch.as_tensor(np.asarray(b))
     models, features = W.shape[0], W.shape[-1]
-    data = SparseUniform(
-        [seed] * models,
-        features,
-        1 - th.check_density(density),
-        device="cpu",
-        dtype=torch.float64,
-        purpose="parts",
-    )
+    data = _host_data(models, features, density, seed, "parts")
     error = torch.zeros(2, models, features, dtype=torch.float64)  # off, on: summed squares
     count = torch.zeros(2, models, features, dtype=torch.float64)
     for _ in range(samples // BATCH):
@@ -505,14 +511,7 @@ def interference_shape(W, b, density, samples=EVAL_SAMPLES, seed=0):
     W, b = torch.as_tensor(np.asarray(W), dtype=torch.float64), torch.as_tensor(np.asarray(b))
     models, features = W.shape[0], W.shape[-1]
     off_diagonal = W * (1 - torch.eye(features, dtype=torch.float64))  # (M, ns, ns)
-    data = SparseUniform(
-        [seed] * models,
-        features,
-        1 - th.check_density(density),
-        device="cpu",
-        dtype=torch.float64,
-        purpose="interference",
-    )
+    data = _host_data(models, features, density, seed, "interference")
     # running sums over samples, per model and output: ν, ν², ν³, ReLU(ν + b)²
     sums = torch.zeros(4, models, features, dtype=torch.float64)
     for _ in range(samples // BATCH):

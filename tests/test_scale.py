@@ -15,6 +15,7 @@ import torch
 
 from toycore import book, cache, devices, records, shards
 from toycore.book import config, execute, reports
+from toycore.claims import Ledger
 from toycore.data import SparseUniform
 from toycore.dependencies import Dependencies
 from toycore.experiments import persian_rug as rug
@@ -510,3 +511,25 @@ def test_tf32_products_are_emulated_on_the_cpu_and_named_in_the_cache_key(monkey
     monkeypatch.setenv("TOYCORE_MATMUL", "bf16")
     with pytest.raises(ValueError, match="TOYCORE_MATMUL must be float32 or tf32"):
         devices.use("cpu")
+
+
+def test_a_chapter_says_where_its_record_stands_part_by_part(tmp_path, monkeypatch):
+    early, late = _part([_row("a", True)], [1, 2, 3]), _part([_row("b", False)], [5])
+    for part in (early, late):
+        given = part["provenance"]
+        records.write("99_example", part["rows"], given, DEPENDS, part["sections"], tmp_path)
+    monkeypatch.setattr(
+        records, "staleness", lambda chapter, part: [] if part["sections"] == [5] else ["x.f"]
+    )
+    said = records.status("99_example", tmp_path)
+    assert said.startswith("The texts' sizes (paper profile): Sections 1 to 3 recorded")
+    assert "stale: since it was made, this changed: x.f." in said
+    assert "Section 5 recorded 2026-11-23 10:00 UTC on NVIDIA H100 80GB HBM3" in said
+    assert "current: none of the code its rows depend on has changed since" in said
+    assert records.status("98_none", tmp_path).endswith("not been run for this chapter yet.")
+    assert records.recorded_text("99_example", "a", ".1f", tmp_path) == "1.0"
+    assert records.recorded_text("99_example", "zz", folder=tmp_path) == "not yet recorded"
+    ledger = Ledger("99_example", "ci")
+    ledger.equal("a", "c", "s", expected=1, measured=1)
+    table = records.ledger_table(ledger, tmp_path)._repr_html_()
+    assert "Claims ledger: 1 of 1 reproduce" in table and "this changed: x.f" in table

@@ -99,9 +99,9 @@ def test_the_workflow_tests_pull_requests_and_publishes_main_with_the_result_cac
     test_steps = [step.get("run", "") for step in jobs["test"]["steps"]]
     assert "make test" in test_steps and "pull_request" in jobs["test"]["if"]
     build = jobs["build"]
+    assert "if" not in build, "pull requests build the book too: it is their preview"
     uses = [step.get("uses", "") for step in build["steps"]]
     assert any(u.startswith("actions/cache@") for u in uses)
-    assert any(u.startswith("actions/upload-pages-artifact@") for u in uses)
     cache = next(
         step for step in build["steps"] if step.get("uses", "").startswith("actions/cache@")
     )
@@ -119,9 +119,88 @@ def test_the_workflow_tests_pull_requests_and_publishes_main_with_the_result_cac
     assert named.returncode == 0 and re.fullmatch(r"[0-9a-f]{16}-cpu-torch\S+\n", named.stdout)
     make_book = next(step for step in build["steps"] if step.get("run", "").startswith("make book"))
     assert make_book["env"]["TOYCORE_REPOSITORY"] == "${{ github.repository }}"
-    assert any(
-        step.get("uses", "").startswith("actions/deploy-pages@") for step in jobs["deploy"]["steps"]
+    uploads = {
+        step["with"]["name"]: step["if"]
+        for step in build["steps"]
+        if step.get("uses", "").startswith("actions/upload-artifact@")
+    }
+    assert uploads == {
+        "book-preview": "github.event_name == 'pull_request'",
+        "book": "github.event_name != 'pull_request'",
+    }
+    deploy = jobs["deploy"]
+    assert deploy["if"] == "github.event_name != 'pull_request'"
+    publish = next(
+        step for step in deploy["steps"] if step.get("uses", "").startswith("JamesIves/")
     )
+    # main's deploy replaces the pages but keeps the open pull requests' previews
+    assert publish["with"]["branch"] == "gh-pages" and publish["with"]["clean"] is True
+    assert publish["with"]["clean-exclude"] == f"{PREVIEWS}/"
+
+
+PREVIEWS = "pr-preview"
+
+
+def test_previews_are_published_from_the_pull_requests_artifact_and_never_run_its_code():
+    preview = yaml.safe_load((WORKFLOWS / "preview.yml").read_text())
+    triggers = preview[True]  # YAML reads the key `on` as True
+    assert triggers["workflow_run"]["workflows"] == ["book"]
+    assert triggers["pull_request_target"]["types"] == ["closed"]
+    publish, remove = preview["jobs"]["publish"], preview["jobs"]["remove"]
+    assert "github.event.workflow_run.event == 'pull_request'" in publish["if"]
+    for job in (publish, remove):
+        assert job["concurrency"]["group"] == "gh-pages"
+        for step in job["steps"]:
+            # the default checkout is main's code (or the base branch's): never the pull request's
+            if step.get("uses", "").startswith("actions/checkout@"):
+                assert "with" not in step
+    download = next(s for s in publish["steps"] if s.get("uses", "").startswith("actions/download"))
+    assert download["with"]["name"] == "book-preview"
+    deploy = next(s for s in publish["steps"] if s.get("uses", "").startswith("JamesIves/"))
+    number = "${{ steps.pull-request.outputs.number }}"
+    assert deploy["with"]["target-folder"] == f"{PREVIEWS}/pr-{number}"
+    assert deploy["with"]["branch"] == "gh-pages"
+
+
+def run_removal(tmp_path, number):
+    """The remove job's script against a local gh-pages holding the book and two previews:
+    the files left on gh-pages afterwards."""
+    preview = yaml.safe_load((WORKFLOWS / "preview.yml").read_text())
+    script = next(s["run"] for s in preview["jobs"]["remove"]["steps"] if "run" in s)
+    script = script.replace("${{ github.event.pull_request.number }}", str(number))
+
+    def git(*args, cwd):
+        subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True)
+
+    origin, pages, clone = tmp_path / "origin.git", tmp_path / "pages", tmp_path / "clone"
+    git("init", "-q", "--bare", str(origin), cwd=tmp_path)
+    git("init", "-q", "-b", "gh-pages", str(pages), cwd=tmp_path)
+    for name in ["index.html", f"{PREVIEWS}/pr-7/index.html", f"{PREVIEWS}/pr-8/index.html"]:
+        (pages / name).parent.mkdir(parents=True, exist_ok=True)
+        (pages / name).write_text(name)
+    git("add", ".", cwd=pages)
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "pages", cwd=pages)
+    git("push", "-q", str(origin), "gh-pages", cwd=pages)
+    git("clone", "-q", str(origin), str(clone), cwd=tmp_path)  # as actions/checkout leaves it
+    subprocess.run(["bash", "-e", "-c", script], cwd=clone, check=True, capture_output=True)
+    listed = subprocess.run(
+        ["git", "ls-tree", "-r", "--name-only", "gh-pages"],
+        cwd=origin,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return set(listed.stdout.split())
+
+
+def test_closing_a_pull_request_removes_its_preview_and_only_its_own(tmp_path):
+    left = run_removal(tmp_path, 7)
+    assert left == {"index.html", f"{PREVIEWS}/pr-8/index.html"}
+
+
+def test_closing_a_pull_request_without_a_preview_changes_nothing(tmp_path):
+    left = run_removal(tmp_path, 9)
+    assert left == {"index.html", f"{PREVIEWS}/pr-7/index.html", f"{PREVIEWS}/pr-8/index.html"}
 
 
 @pytest.mark.parametrize(

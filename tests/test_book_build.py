@@ -194,9 +194,10 @@ def test_a_chapter_is_executed_again_only_when_something_it_reads_changed(tmp_pa
 BOOK_OF_ONE = """
 import sys
 from pathlib import Path
-from toycore import book
+from toycore.book import config
+from toycore.book.__main__ import main
 config.chapters = lambda root=None: [Path(sys.argv[1])]  # the probe is the whole book
-sys.exit(book.main(["--profile", "ci", "--device", "cpu", "--jobs", sys.argv[2], "--no-html",
+sys.exit(main(["--profile", "ci", "--device", "cpu", "--jobs", sys.argv[2], "--no-html",
                     "--build-dir", sys.argv[3]]))
 """
 
@@ -255,6 +256,53 @@ def test_ctrl_c_ends_the_build_in_one_line_naming_chapter_and_cell(tmp_path, job
             "finished results are kept"
         )
     ), stderr
+
+
+# The same, with the shard cluster's start slowed and announced in a file: Ctrl-C lands there.
+BOOK_OF_ONE_SLOW_CLUSTER = """
+import contextlib, sys, time
+from pathlib import Path
+from toycore import shards
+real = shards.local_cluster
+@contextlib.contextmanager
+def slow(*args):
+    Path(sys.argv[4]).touch()
+    time.sleep(5)
+    with real(*args) as cluster:
+        yield cluster
+shards.local_cluster = slow
+""" + BOOK_OF_ONE
+
+
+def test_ctrl_c_while_the_shard_cluster_starts_ends_the_build_in_one_line(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    notebook = probe_notebook(tmp_path / "_probe.ipynb", "profile = None", "x = 1")
+    starting = tmp_path / "cluster-starting"
+    arguments = [str(notebook), "2", str(tmp_path / "build"), str(starting)]
+    process = subprocess.Popen(
+        [sys.executable, "-c", BOOK_OF_ONE_SLOW_CLUSTER, *arguments],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    deadline = time.time() + 60
+    while not starting.exists() and time.time() < deadline:
+        time.sleep(0.1)
+    assert starting.exists(), "the cluster never started"
+    os.killpg(process.pid, signal.SIGINT)
+    _, stderr = process.communicate(timeout=60)
+    # answered once the cluster is up (a Ctrl-C ignored there was lost: the build went on)
+    assert process.returncode == 130, stderr
+    assert "Traceback" not in stderr, stderr
+    assert not re.search(r"distributed|resource_tracker|Warning", stderr), stderr
+    assert stderr.strip().splitlines()[-1] == "interrupted; finished results are kept", stderr
+    assert not (tmp_path / "build" / "source" / "chapters" / notebook.name).exists()
 
 
 def test_a_chapter_process_that_dies_fails_the_build_in_one_line_naming_chapter_and_cell(tmp_path):

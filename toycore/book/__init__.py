@@ -161,7 +161,8 @@ def build(
             notebooks = [chapter_part(notebooks[0], sections, build_dir / "partial")]
         # What each record will depend on, read before its chapter runs: a record is written
         # only if that is still the code on disk when the chapter ends.
-        before = {nb.stem: _dependencies(nb.stem, sections, profile) for nb in notebooks}
+        if records_folder is not None:
+            before = {nb.stem: _dependencies(nb.stem, sections, profile) for nb in notebooks}
 
         def finished(notebook, seconds):
             if seconds is None:

@@ -300,13 +300,11 @@ def shard_cluster(jobs, threads, log):
         yield None
         return
     with contextlib.ExitStack() as stack:
-        with _interrupts_ignored():  # the workers inherit it
+        with _interrupts_deferred():  # the workers inherit it
             cluster = stack.enter_context(shards.local_cluster(jobs, threads))
+            stack.callback(_kill_shard_workers, cluster)  # before the cluster closes
         log(f"  shards go to a local Dask cluster of {jobs} workers ({cluster.scheduler_address})")
-        try:
-            yield cluster.scheduler_address
-        finally:
-            _kill_shard_workers(cluster)
+        yield cluster.scheduler_address
 
 
 def _kill_shard_workers(cluster):
@@ -321,14 +319,16 @@ def _kill_shard_workers(cluster):
 
 
 @contextlib.contextmanager
-def _interrupts_ignored():
-    """Ctrl-C reaches the whole process group; processes started in this block ignore it, and
-    the main process alone answers it, so that a build ends in one line, not a traceback each."""
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+def _interrupts_deferred():
+    """Ctrl-C reaches the whole process group. Processes started in this block inherit SIGINT
+    blocked, so that the main process alone answers it and a build ends in one line, not a
+    traceback each; a Ctrl-C that arrives meanwhile waits, and the main process answers it as
+    the block ends (ignoring SIGINT instead would lose it: the build would go on)."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 def _worker_signals():
@@ -336,6 +336,7 @@ def _worker_signals():
     which the main process stops it, interrupts its chapter as Ctrl-C would in one process:
     papermill shuts the kernel down and the executed copy says where it stopped."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # blocked since its start
     signal.signal(signal.SIGTERM, signal.default_int_handler)
 
 
@@ -415,17 +416,18 @@ def execute_all(notebooks, source, profile, device, jobs, variables, log, on_don
                 # Hand the pool only what starts now: a queued chapter could not be held back later.
                 while waiting and len(running) < at_once and failure is None:
                     notebook = waiting.pop(0)
-                    running[
-                        pool.submit(
-                            _execute_in_worker,
-                            notebook,
-                            source / notebook.name,
-                            profile,
-                            device,
-                            variables,
-                            recorded,
-                        )
-                    ] = notebook
+                    with _interrupts_deferred():  # the pool may start a worker now
+                        running[
+                            pool.submit(
+                                _execute_in_worker,
+                                notebook,
+                                source / notebook.name,
+                                profile,
+                                device,
+                                variables,
+                                recorded,
+                            )
+                        ] = notebook
                 if not running:
                     break
                 ended, _ = concurrent.futures.wait(

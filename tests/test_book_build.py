@@ -259,7 +259,8 @@ def test_ctrl_c_ends_the_build_in_one_line_naming_chapter_and_cell(tmp_path, job
 
 
 # The same, with the shard cluster's start slowed and announced in a file: Ctrl-C lands there.
-BOOK_OF_ONE_SLOW_CLUSTER = """
+BOOK_OF_ONE_SLOW_CLUSTER = (
+    """
 import contextlib, sys, time
 from pathlib import Path
 from toycore import shards
@@ -271,7 +272,9 @@ def slow(*args):
     with real(*args) as cluster:
         yield cluster
 shards.local_cluster = slow
-""" + BOOK_OF_ONE
+"""
+    + BOOK_OF_ONE
+)
 
 
 def test_ctrl_c_while_the_shard_cluster_starts_ends_the_build_in_one_line(tmp_path):

@@ -32,6 +32,7 @@ worktree``): each is then current exactly when that code is the code now.
 import argparse
 import datetime
 import json
+import math
 import platform
 import re
 import subprocess
@@ -221,11 +222,28 @@ def recorded_rows(chapter, *prefixes, folder=None):
     return [row for row in rows if row["id"].startswith(prefixes)] if prefixes else rows
 
 
+def value_text(value, spec=".2f"):
+    """A measured value as text for prose, ``format(value, spec)``; "none" where a row had
+    nothing to measure (an infinite or NaN value, as a minimum over no cases)."""
+    return format(value, spec) if math.isfinite(value) else "none"
+
+
 def recorded_text(chapter, claim_id, spec=".2f", folder=None):
     """A recorded row's measured value as text, for prose that speaks of the texts' sizes
-    (``format(value, spec)``), or "not yet recorded"."""
+    (``value_text``), or "not yet recorded"."""
     row = next((r for r in recorded_rows(chapter, folder=folder) if r["id"] == claim_id), None)
-    return format(row["measured"], spec) if row else "not yet recorded"
+    return value_text(row["measured"], spec) if row else "not yet recorded"
+
+
+def held(row):
+    """Whether a row's claim held, in words for prose: "holds" or "does not hold"."""
+    return "holds" if row["passed"] else "does not hold"
+
+
+def recorded_held(chapter, claim_id, folder=None):
+    """``held`` of a recorded row, or "is not yet recorded"."""
+    row = next((r for r in recorded_rows(chapter, folder=folder) if r["id"] == claim_id), None)
+    return held(row) if row else "is not yet recorded"
 
 
 def beside(ledger, *prefixes, folder=None):

@@ -169,8 +169,8 @@ def test_a_chapter_is_executed_again_only_when_something_it_reads_changed(tmp_pa
     )
     notebook = probe_notebook(tmp_path / "_counting_probe.ipynb", "profile = None", cell)
 
-    def run(profile, output):
-        seconds = execute.run_chapter(notebook, tmp_path / output, profile, "cpu")
+    def run(profile, output, recorded=False):
+        seconds = execute.run_chapter(notebook, tmp_path / output, profile, "cpu", recorded)
         return seconds, runs.read_text().count("x"), (claims / "_counting_probe.json").read_text()
 
     first = run("ci", "first.ipynb")
@@ -186,8 +186,12 @@ def test_a_chapter_is_executed_again_only_when_something_it_reads_changed(tmp_pa
         "_counting_probe-ci-cpu",
         "_counting_probe-cpu-cpu",
     ]
-    assert run("paper", "paper.ipynb")[1] == 4  # a paper build records its run: executed
-    assert run("paper", "paper.ipynb")[1] == 5
+    assert run("paper", "paper.ipynb")[1] == 4  # another profile: executed
+    assert run("paper", "paper.ipynb")[1] == 4  # reused, as in any profile
+    # a build that records its run (the paper profile's, or one given a records folder)
+    # always executes
+    assert run("paper", "paper.ipynb", recorded=True)[1] == 5
+    assert run("paper", "paper.ipynb", recorded=True)[1] == 6
 
 
 # The probe notebook as the whole book, built by `python -m toycore.book` as a user would.

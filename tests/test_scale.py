@@ -241,6 +241,7 @@ def _part(rows, sections=None, **provenance):
         code=DEPENDS.key,
         device="NVIDIA H100 80GB HBM3",
         device_type="cuda",
+        matmul="float32",
         torch="2.13.0",
         numpy="2",
         scipy="1",
@@ -286,7 +287,8 @@ def test_records_are_checked_written_and_read_back(tmp_path):
     # A rebuild served from the cache keeps the record of the run that computed the rows.
     again = {**part["provenance"], "wall_time_s": 2.0}
     assert records.recorded_before("99_example", part["rows"], again, folder=tmp_path) == part
-    for changed in ({"torch": "2.14.0"}, {"code": "new"}, {"device_type": "cpu"}):
+    changes = ({"torch": "2.14.0"}, {"code": "new"}, {"device_type": "cpu"}, {"matmul": "tf32"})
+    for changed in changes:
         given = {**part["provenance"], **changed}
         assert records.recorded_before("99_example", part["rows"], given, folder=tmp_path) is None
     for rows, chapter in (([_row("a", True)], "99_example"), (part["rows"], "98_none")):

@@ -172,7 +172,14 @@ def _run_part(chapter, sections, profile, device, folder, deadline, process_log,
         output.write(f"\n$ {' '.join(command)}\n")
         output.flush()
         process = subprocess.Popen(
-            command, stdout=output, stderr=subprocess.STDOUT, start_new_session=True
+            command,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            # answer _stop's SIGINT even where this process ignores it (a background job, a
+            # test worker): a child inherits an ignored SIGINT, and Python then never raises
+            # KeyboardInterrupt, so the part would run on for the grace and could record
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )
         try:
             code = process.wait(timeout=max(0.0, deadline - time.monotonic()))

@@ -445,3 +445,26 @@ def test_the_trend_past_the_texts_sizes_joins_two_sweeps_and_reads_its_slope():
     row = dict(id="beyond.trend", measured=slope / error, expected=2.0, outside_regime="")
     assert ex.trend_words([row], "beyond.trend").startswith("closes toward 1")
     assert ex.trend_words([], "beyond.trend") == "was not recorded"
+
+
+def test_the_stopping_rule_test_retraces_early_runs_and_trains_them_on(tmp_path, monkeypatch):
+    monkeypatch.setenv("TOYCORE_CACHE", str(tmp_path))  # computed afresh, not served
+    seeds = [0, 1, 2]
+    sweep = ex.size_sweep([32], 0.1, 0.25, seeds)
+    steps = sweep[32].steps
+    assert sweep[32].converged.all() and len(set(steps)) == 3  # one stops before the median
+    horizon = ex.horizon_runs(sweep, 0.1, 0.25, seeds)
+    assert horizon.horizon.tolist() == [int(np.median(steps))]
+    early = steps < np.median(steps)
+    assert horizon.early[0].tolist() == early.tolist()
+    # trained alone, as the sweep trained it, an early model retraces its run exactly
+    assert np.all(horizon.retraced[0][early] == 0) and np.isnan(horizon.retraced[0][~early]).all()
+    # the others keep their own loss; the early one is trained on, so its loss is a new one
+    assert np.array_equal(horizon.at_horizon[0][~early], sweep[32].loss[~early])
+    assert np.all(horizon.at_horizon[0][early] != sweep[32].loss[early])
+    assert np.array_equal(horizon.at_stop[0], sweep[32].loss)
+    # the headline's verdict per size: within 5% of 1 or not, capped models left out
+    rug = horizon.rug
+    trained = np.array([[1.04 * rug, 1.05 * rug], [1.2 * rug, np.nan], [np.nan, np.nan]])
+    with np.errstate(invalid="ignore"):
+        assert ex.headline_holds(trained, rug).tolist() == [True, False, False]

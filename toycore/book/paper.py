@@ -47,6 +47,7 @@ from .config import select_chapters
 PLAN = (
     ("05_persian_rug", [4]),  # Figure 2's grids
     ("05_persian_rug", [11]),  # the headline past the texts' sizes, ns = 4096 and 8192 (ours)
+    ("05_persian_rug", [12]),  # the stopping rule: early-stopped models trained on (ours)
     ("05_persian_rug", [6, 7]),  # Figures 4 to 7 and the variance bound, on those grids
     ("05_persian_rug", [8, 9, 10]),  # the macroscopic loss, its scaling, the linear baseline
     ("05_persian_rug", [1, 2, 3, 5]),  # the construction, the headline sweep, Figure 3

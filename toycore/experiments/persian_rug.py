@@ -13,14 +13,21 @@ import numpy as np
 import torch
 from scipy import optimize
 
-from .. import devices
+from .. import devices, shards
 from ..cache import cached
 from ..checks import check_seeds
 from ..data import SparseUniform
 from ..profiles import select
 from ..sizes import PERSIAN_RUG
 from ..theory import persian_rug as th
-from .rug_training import BATCH, EVAL_SAMPLES, Models, hidden_size, train_models
+from .rug_training import (
+    BATCH,
+    EVAL_SAMPLES,
+    Models,
+    hidden_size,
+    train_group,
+    train_models,
+)
 
 
 def sizes(profile=None):
@@ -565,6 +572,79 @@ def joined(first, second):
         fitted=np.concatenate([first.fitted, second.fitted]),
         gaussian=np.concatenate([pad(first.gaussian), pad(second.gaussian)]),
     )
+
+
+# "Trained models lose what the rug loses" read as within 5% (ours), from both sides.
+HEADLINE_TOLERANCE = 0.05
+
+
+@dataclass(frozen=True)
+class Horizon:
+    """The stopping rule put to the test on a size sweep (N sizes, S seeds): each model the rule
+    stopped before its size's median step count, trained again from the same start on the same
+    data for that many steps."""
+
+    sizes: np.ndarray  # (N,) ns
+    horizon: np.ndarray  # (N,) the median steps of the models the rule stopped, at each ns
+    early: np.ndarray  # (N, S) stopped by the rule before the horizon, so trained on to it
+    at_stop: np.ndarray  # (N, S) loss on fresh data where the rule stopped (NaN: capped)
+    at_horizon: np.ndarray  # (N, S) the same with at least the horizon's steps: an early
+    # model's loss trained on, the others' own
+    retraced: np.ndarray  # (N, S) an early model's mean training loss up to where the rule
+    # stopped it, run again, over the first run's, minus 1 (NaN for the others)
+    rug: float  # the rug's large-ns loss
+
+
+def horizon_runs(sweep, density, ratio, seeds):
+    """``Horizon`` of a ``size_sweep`` (sweep, density, ratio, seeds as given to it). Each
+    early model is trained alone, as the sweep trained it, so that its run retraces the
+    first one step by step until the rule's stop, then goes on."""
+    seeds = list(check_seeds(seeds))
+    sizes = np.array(list(sweep))
+    horizon = np.array(
+        [
+            int(np.median(sweep[n].steps[sweep[n].converged])) if sweep[n].converged.any() else 0
+            for n in sizes
+        ]
+    )
+    # (N, S): a model the rule stopped before its size's median
+    early = np.array([sweep[n].converged & (sweep[n].steps < h) for n, h in zip(sizes, horizon)])
+    places = [(i, k) for i, k in zip(*np.nonzero(early))]
+    calls = [
+        (
+            (int(sizes[i]), [density], hidden_size(int(sizes[i]), ratio), [seeds[k]]),
+            dict(steps=int(horizon[i])),
+        )
+        for i, k in places
+    ]
+    runs = shards.run(train_group, calls, f"{len(calls)} early-stopped models to the median")
+    at_stop = np.array(
+        [np.where(sweep[n].converged, sweep[n].loss, np.nan) for n in sizes], dtype=float
+    )
+    at_horizon, retraced = at_stop.copy(), np.full(at_stop.shape, np.nan)
+    for (i, k), run in zip(places, runs):
+        stop = int(sweep[sizes[i]].steps[k])
+        first = sweep[sizes[i]].curves[k][:stop]
+        again = np.asarray(run.curves[0][:stop], dtype=first.dtype)  # as the sweep keeps curves
+        at_horizon[i, k] = run.loss[0]
+        retraced[i, k] = again.mean() / first.mean() - 1
+    return Horizon(
+        sizes=sizes,
+        horizon=horizon,
+        early=early,
+        at_stop=at_stop,
+        at_horizon=at_horizon,
+        retraced=retraced,
+        rug=th.rug_loss(density, ratio)[0],
+    )
+
+
+def headline_holds(trained, rug):
+    """Whether each size's mean trained / rug (over its models, NaN left out) is within the
+    headline's tolerance of 1: trained (N, S) -> (N,) booleans."""
+    with warnings.catch_warnings():  # a size whose every model hit the cap has no mean
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return np.abs(np.nanmean(trained, axis=1) / rug - 1) <= HEADLINE_TOLERANCE
 
 
 def closing_trend(head):

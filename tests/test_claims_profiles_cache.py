@@ -185,6 +185,10 @@ def test_the_findings_list_failures_slips_and_claims_outside_the_regime():
     stale = page(["experiments.polysemantic.law_fit"])
     assert "Warning" in stale and "experiments.polysemantic.law_fit" in stale
     assert "from a stale record" in stale.split("<table")[1]
+    assert (
+        "**unexpected** (at the texts' sizes, from a stale record): reproduces: 0.758"
+        in (stale.split("## Incidental")[0])
+    )
 
 
 def test_ledger_rejects_bad_rows():

@@ -207,20 +207,26 @@ def _short_value(row):
     return measured + (f" ± {row['spread']:.2g}" if row.get("spread") is not None else "")
 
 
-def _at_a_glance(name, stems, ledgers, recorded):
+def _at_a_glance(name, stems, ledgers, recorded, stale):
     """One text's summary for the top of the findings page, in Markdown: how many of its claims
     fail in this build and at the texts' sizes, then each explanation with the values of the
     claims it explains (at the texts' sizes where recorded, else in this build), then each
-    unexpected failure with its value."""
+    unexpected failure with its value; a value from a stale part of a record says so."""
     groups, unexpected, counted = {}, [], [0, 0]
     for stem in stems:
         here = ledgers[stem]
         there = rows_of(recorded[stem]) if stem in recorded else []
         said = {row["id"]: row.get("why") for row in here}  # an old record's rows lack why
-        for side, (rows, label) in enumerate(((here, "here"), (there, "at the texts' sizes"))):
+        old = stale.get(stem) or []
+        for side, rows in enumerate((here, there)):
             tested = [row for row in rows if not outside(row)]
             counted[side] += sum(not row["passed"] for row in tested)
             for row in tested:
+                label = "here"
+                if side == 1:
+                    label = "at the texts' sizes" + (
+                        ", from a stale record" if old and old[row["part"]] else ""
+                    )
                 expected = expected_to_fail(row, rows)
                 if row["passed"] and not row.get("known_failure"):
                     continue
@@ -264,7 +270,7 @@ def findings(ledgers, corrections, recorded, anchors, stale):
         texts.setdefault(TEXTS[stem], []).append(stem)
     lines = ["## At a glance", ""]
     for (name, _), stems in texts.items():
-        lines += _at_a_glance(name, stems, ledgers, recorded) + [""]
+        lines += _at_a_glance(name, stems, ledgers, recorded, stale) + [""]
     for (name, key), stems in texts.items():
         failing, contradicted, repaired, beyond, warnings = [], [], [], [], []
         for stem in stems:

@@ -468,3 +468,22 @@ def test_the_stopping_rule_test_retraces_early_runs_and_trains_them_on(tmp_path,
     trained = np.array([[1.04 * rug, 1.05 * rug], [1.2 * rug, np.nan], [np.nan, np.nan]])
     with np.errstate(invalid="ignore"):
         assert ex.headline_holds(trained, rug).tolist() == [True, False, False]
+
+
+def test_the_headline_figure_adds_the_records_sizes_and_passes_over_its_trend_row():
+    from toycore.plots import persian_rug as plots
+
+    rug = th.rug_loss(0.045, 0.25)[0]
+    point = SimpleNamespace(
+        W=None, b=None, loss=np.array([0.8 * rug]), converged=np.array([True]), steps=np.array([9])
+    )
+    head = ex.ratio_headline({1024: point}, 0.045, 0.25)
+    recorded = [
+        dict(id="headline.ns2048", measured=0.886),
+        dict(id="headline.fitted_ns2048", measured=0.876),
+        dict(id="headline.trend", measured=2.1),  # a row of the whole sweep, no size
+    ]
+    fig = plots.headline(head, ex.HEADLINE_TOLERANCE, recorded)
+    hollow = {line.get_label(): line.get_xydata().tolist() for line in fig.axes[0].lines}
+    assert hollow["trained / rug (ns → ∞), the texts' sizes"] == [[2048, 0.886]]
+    assert hollow["trained / fitted rug, the texts' sizes"] == [[2048, 0.876]]

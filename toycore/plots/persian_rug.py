@@ -1,5 +1,7 @@
 """Chapter 5 figures. Each function takes computed results and returns a Figure."""
 
+import re
+
 import numpy as np
 
 from ..theory import persian_rug as th
@@ -221,7 +223,10 @@ def headline(head, tolerance, recorded=()):
     )
     extra = {}  # the recorded sizes this build did not train, by row: headline.<kind>ns<size>
     for row in recorded:
-        kind, size = row["id"].removeprefix("headline.").rsplit("ns", 1)
+        found = re.fullmatch(r"headline\.(|fitted_|rug_)ns(\d+)", row["id"])
+        if found is None:  # a row of the whole sweep, such as headline.trend
+            continue
+        kind, size = found.groups()
         if int(size) not in sizes:
             extra.setdefault(kind, []).append((int(size), row["measured"]))
     for kind, style, color, label in (

@@ -206,12 +206,29 @@ sys.exit(main(["--profile", "ci", "--device", "cpu", "--jobs", sys.argv[2], "--n
 """
 
 
+def started_as_from_a_terminal(script, *arguments):
+    """``python -c script arguments`` in a session of its own, so that Ctrl-C (SIGINT to the
+    foreground process group) reaches it and its workers as a terminal would send it, and
+    nothing else; SIGINT at its default even when these tests run with it ignored (a
+    background job's), which Python would inherit."""
+    import signal
+    import subprocess
+    import sys
+
+    return subprocess.Popen(
+        [sys.executable, "-c", script, *arguments],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+
+
 @pytest.mark.parametrize("jobs", [1, 2])
 def test_ctrl_c_ends_the_build_in_one_line_naming_chapter_and_cell(tmp_path, jobs):
     import os
     import signal
-    import subprocess
-    import sys
 
     import nbformat
 
@@ -220,18 +237,7 @@ def test_ctrl_c_ends_the_build_in_one_line_naming_chapter_and_cell(tmp_path, job
     )
     build_dir = tmp_path / "build"
     executed = build_dir / "source" / "chapters" / notebook.name
-    # A session of its own, so that Ctrl-C (SIGINT to the foreground process group) reaches the
-    # build and its workers as a terminal would send it, and nothing else.
-    process = subprocess.Popen(
-        [sys.executable, "-c", BOOK_OF_ONE, str(notebook), str(jobs), str(build_dir)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-        # as from a terminal, even when these tests run with SIGINT
-        # ignored (a background job's), which Python would inherit
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-    )
+    process = started_as_from_a_terminal(BOOK_OF_ONE, str(notebook), str(jobs), str(build_dir))
     deadline = time.time() + 120
     while time.time() < deadline:  # until papermill has started the sleeping cell
         try:
@@ -284,20 +290,11 @@ shards.local_cluster = slow
 def test_ctrl_c_while_the_shard_cluster_starts_ends_the_build_in_one_line(tmp_path):
     import os
     import signal
-    import subprocess
-    import sys
 
     notebook = probe_notebook(tmp_path / "_probe.ipynb", "profile = None", "x = 1")
     starting = tmp_path / "cluster-starting"
     arguments = [str(notebook), "2", str(tmp_path / "build"), str(starting)]
-    process = subprocess.Popen(
-        [sys.executable, "-c", BOOK_OF_ONE_SLOW_CLUSTER, *arguments],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-    )
+    process = started_as_from_a_terminal(BOOK_OF_ONE_SLOW_CLUSTER, *arguments)
     deadline = time.time() + 60
     while not starting.exists() and time.time() < deadline:
         time.sleep(0.1)

@@ -228,10 +228,15 @@ def value_text(value, spec=".2f"):
     return format(value, spec) if math.isfinite(value) else "none"
 
 
+def recorded_row(chapter, claim_id, folder=None):
+    """The row ``claim_id`` of ``chapter``'s paper record, or None."""
+    return next((r for r in recorded_rows(chapter, folder=folder) if r["id"] == claim_id), None)
+
+
 def recorded_text(chapter, claim_id, spec=".2f", folder=None):
     """A recorded row's measured value as text, for prose that speaks of the texts' sizes
     (``value_text``), or "not yet recorded"."""
-    row = next((r for r in recorded_rows(chapter, folder=folder) if r["id"] == claim_id), None)
+    row = recorded_row(chapter, claim_id, folder)
     return value_text(row["measured"], spec) if row else "not yet recorded"
 
 
@@ -242,7 +247,7 @@ def held(row):
 
 def recorded_held(chapter, claim_id, folder=None):
     """``held`` of a recorded row, or "is not yet recorded"."""
-    row = next((r for r in recorded_rows(chapter, folder=folder) if r["id"] == claim_id), None)
+    row = recorded_row(chapter, claim_id, folder)
     return held(row) if row else "is not yet recorded"
 
 

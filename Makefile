@@ -6,7 +6,8 @@
 # make paper-gpu BUDGET=480 OUT=dir  on a lent GPU machine (no network): the paper profile's
 #                                    parts with no current record, most valuable first, within
 #                                    BUDGET seconds, recorded part by part and packed into OUT
-#                                    (two files); installs the wheels in .whl first, if any
+#                                    (two files); installs the wheels in .whl first, if any;
+#                                    PARTS="05_persian_rug:12 ..." runs those parts instead
 # make wheels-gpu                    download those wheels into .whl (here, where PyPI is)
 # make test                          the whole test suite, chapters run in the `ci` profile
 #                                    (installs Debian's Chromium first if missing)
@@ -63,7 +64,8 @@ paper-gpu:
 	@if [ -d $(WHEELS) ]; then python3 -m pip install --quiet --no-index --no-deps --no-compile \
 		--no-cache-dir --upgrade --target $(GPU_SITE) $(WHEELS)/*.whl; fi
 	PYTHONPATH=$(GPU_SITE):$(CURDIR) PYTHONUNBUFFERED=1 TOYCORE_MATMUL=$(MATMUL) python3 -m \
-		toycore.book.paper --budget $(BUDGET) --out $(OUT) $(if $(DEVICE),--device $(DEVICE))
+		toycore.book.paper --budget $(BUDGET) --out $(OUT) $(if $(DEVICE),--device $(DEVICE)) \
+		$(if $(PARTS),--parts "$(PARTS)")
 
 wheels-gpu: $(INSTALLED)
 	rm -rf $(WHEELS)

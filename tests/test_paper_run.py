@@ -66,3 +66,14 @@ def test_a_bad_plan_or_budget_is_refused_before_any_work(scratch):
     with pytest.raises(ValueError, match="budget must be"):
         run(scratch, 0, PLAN, "out")
     assert not (scratch / "out").exists()
+
+
+def test_parts_on_the_command_line_replace_the_plan_in_their_order():
+    assert paper.parse_parts("05_persian_rug:12 03_incidental_polysemanticity 05:6,7") == (
+        ("05_persian_rug", [12]),
+        ("03_incidental_polysemanticity", None),
+        ("05", [6, 7]),
+    )
+    for bad, said in (("", "names no part"), ("05:a", "section numbers"), ("99:1", "no chapter")):
+        with pytest.raises(ValueError, match=said):
+            paper.parse_parts(bad)

@@ -84,6 +84,24 @@ def covered(record, sections):
     return False
 
 
+def parse_parts(text):
+    """A plan from the command line: parts separated by spaces, each ``chapter`` (the whole
+    chapter) or ``chapter:s,t`` (those sections), run in the order given."""
+    plan = []
+    for part in text.split():
+        chapter, _, sections = part.partition(":")
+        try:
+            numbers = [int(s) for s in sections.split(",")] if sections else None
+        except ValueError:
+            said = f"{part}: a part is chapter or chapter:s,t (section numbers)"
+            raise ValueError(said) from None
+        plan.append((chapter, numbers))
+    if not plan:
+        raise ValueError("--parts names no part")
+    check_plan(plan)
+    return tuple(plan)
+
+
 def check_plan(plan):
     """The plan's chapters must exist and its sections be lists of numbers: a clear error
     before any work."""
@@ -268,6 +286,12 @@ def main(argv=None):
     parser.add_argument(
         "--records", default=None, help="the records' folder (default: results/paper)"
     )
+    parser.add_argument(
+        "--parts",
+        default=None,
+        help="run these parts instead of the plan, in this order: 'chapter chapter:s,t ...' "
+        "(for a budget that the plan's first part would outlast)",
+    )
     parser.add_argument("--wheels", metavar="FOLDER", help="download the wheels instead")
     parser.add_argument("--python-version", default="3.12", help="the wheels' Python")
     args = parser.parse_args(argv)
@@ -278,7 +302,8 @@ def main(argv=None):
             return 0
         if args.budget is None or args.out is None:
             parser.error("--budget and --out are needed (or --wheels)")
-        run(args.budget, args.out, args.profile, args.device, folder=args.records)
+        plan = parse_parts(args.parts) if args.parts is not None else PLAN
+        run(args.budget, args.out, args.profile, args.device, plan=plan, folder=args.records)
     except ValueError as error:
         print(f"paper run failed: {error}", file=sys.stderr)
         return 1

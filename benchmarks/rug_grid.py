@@ -97,7 +97,8 @@ def operations_per_step(features, hidden, instances, update):
     params = [p.detach() for p in model.parameters()]
     firsts, seconds = [torch.zeros_like(p) for p in params], [torch.zeros_like(p) for p in params]
     data = SparseUniform(model.seeds, features, 0.95)
-    x, step_size = data.sample(BATCH), torch.full((instances,), learning_rate(features))
+    x = data.sample(BATCH)
+    step_size = torch.full((instances,), learning_rate(features), device=params[0].device)
     activities = [torch.profiler.ProfilerActivity.CPU]
     with torch.profiler.profile(activities=activities) as profile:
         _, grads = model.loss_and_grads(x, *params)

@@ -62,11 +62,12 @@ MIN_START_S = 30
 # killed outright.
 STOP_GRACE_S = 30
 RECORDS_FILE, LOG_FILE = "paper-records.tar.gz", "paper-run.log"
-# The Python packages the GPU machines' image provides, which the wheels leave out.
+# The Python packages the GPU machines' image provides, which the wheels leave out (its list
+# does not hold platformdirs, which jupyter_core needs: a run there stopped without it).
 PROVIDED = frozenset(
     """attrs certifi charset-normalizer click cloudpickle contourpy cycler filelock fonttools
     fsspec idna jinja2 joblib jaxtyping kiwisolver markupsafe matplotlib msgpack networkx numpy
-    packaging pillow pip platformdirs psutil pygments pyparsing python-dateutil pyyaml requests
+    packaging pillow pip psutil pygments pyparsing python-dateutil pyyaml requests
     scipy setuptools six sympy toolz torch tqdm typing-extensions urllib3 wadler-lindig wheel
     mpmath triton""".split()
 )

@@ -487,3 +487,18 @@ def test_the_headline_figure_adds_the_records_sizes_and_passes_over_its_trend_ro
     hollow = {line.get_label(): line.get_xydata().tolist() for line in fig.axes[0].lines}
     assert hollow["trained / rug (ns → ∞), the texts' sizes"] == [[2048, 0.886]]
     assert hollow["trained / fitted rug, the texts' sizes"] == [[2048, 0.876]]
+
+
+def test_the_stopping_rule_tests_words_follow_its_rows():
+    def rows(gain, passed, moved):
+        return [
+            {"id": "horizon.gain", "measured": gain, "passed": passed, "note": "drops: ns=8: +1%"},
+            {"id": "horizon.headline", "measured": moved, "passed": moved == 0},
+        ]
+
+    held = ex.horizon_words(rows(0.01, True, 0))
+    assert "lost less: ns=8: +1%" in held and "1.0%, is within the headline's 5%" in held
+    assert held.endswith("0 headline verdicts move.")
+    failed = ex.horizon_words(rows(0.056, False, 1))
+    assert "5.6%, is beyond" in failed and failed.endswith("1 headline verdict moves.")
+    assert ex.horizon_words([]) == "was not recorded."

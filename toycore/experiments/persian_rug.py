@@ -234,6 +234,25 @@ def trend_words(rows, claim_id="headline.trend"):
     return f"shows no clear trend ({z:+.1f} standard errors of its slope)"
 
 
+def horizon_words(rows):
+    """What the stopping rule's test (section 12's ``horizon.*`` rows of a ledger or a record)
+    found, as a sentence the prose can quote: the loss drops per size, whether the largest is
+    within the headline's tolerance, and how many headline verdicts move."""
+    found = {row["id"]: row for row in rows if row["id"].startswith("horizon.")}
+    gain, moved = found.get("horizon.gain"), found.get("horizon.headline")
+    if gain is None or moved is None:
+        return "was not recorded."
+    within = "within" if gain["passed"] else "beyond"
+    verdicts = int(moved["measured"])
+    return (
+        "trained on to their size's median steps, the models the rule had stopped before it "
+        f"lost less: {gain['note'].removeprefix('drops: ')}; the largest drop, "
+        f"{gain['measured']:.1%}, is {within} the headline's {HEADLINE_TOLERANCE:.0%} "
+        f"tolerance, and {verdicts} headline verdict{'s' if verdicts != 1 else ''} "
+        f"move{'s' if verdicts == 1 else ''}."
+    )
+
+
 def linear_runs(features, density, ratios, seeds, *, max_steps=45_000):
     """Trained linear models (no ReLU) with a bias, to check the exact linear optimum: their
     losses and whether the stopping rule stopped them (not the cap), each (R, S)."""

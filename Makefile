@@ -57,8 +57,9 @@ book: $(INSTALLED)
 # installed beside it, and toycore is read from this tree.
 WHEELS := .whl
 GPU_SITE := /tmp/toycore-site
-# float32, or tf32 (chapter 5's products on the tensor cores) where no verdict moves with it
-MATMUL ?= float32
+# tf32: chapter 5's products on the tensor cores (no verdict of its cpu profile moved with them,
+# benchmarks/tf32_verdicts.py); the other chapters run in float32 (toycore.book.paper)
+MATMUL ?= tf32
 paper-gpu:
 	@test -n "$(BUDGET)" -a -n "$(OUT)" || { echo "make paper-gpu needs BUDGET=<seconds> OUT=<folder>" >&2; exit 1; }
 	@if [ -d $(WHEELS) ]; then python3 -m pip install --quiet --no-index --no-deps --no-compile \

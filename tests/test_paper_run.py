@@ -77,3 +77,12 @@ def test_parts_on_the_command_line_replace_the_plan_in_their_order():
     for bad, said in (("", "names no part"), ("05:a", "section numbers"), ("99:1", "no chapter")):
         with pytest.raises(ValueError, match=said):
             paper.parse_parts(bad)
+
+
+def test_tf32_is_used_only_for_the_chapters_it_was_checked_for(monkeypatch):
+    assert paper.precision_for("05_persian_rug", "tf32") == "tf32"
+    assert paper.precision_for("03_incidental_polysemanticity", "tf32") == "float32"
+    monkeypatch.setenv("TOYCORE_MATMUL", "tf32")
+    assert paper.precision_for("05_persian_rug") == "tf32"
+    monkeypatch.setenv("TOYCORE_MATMUL", "float32")
+    assert paper.precision_for("05_persian_rug") == "float32"

@@ -56,6 +56,9 @@ PLAN = (
     ("01_linear_autoencoders", None),
     ("04_sparsity_from_noise", None),
 )
+# The chapters whose products may run in TF32 when the run asks for it (TOYCORE_MATMUL=tf32):
+# those for which benchmarks/tf32_verdicts.py found no verdict moving. The others run in float32.
+TF32_CHAPTERS = ("05_persian_rug",)
 # A part is not started with less time left than this: a chapter's kernel alone takes seconds.
 MIN_START_S = 30
 # After the budget, how long a stopped part may take to end (its kernel is killed) before it is
@@ -169,6 +172,13 @@ def run(
     return outcomes
 
 
+def precision_for(chapter, asked=None):
+    """The products' precision for ``chapter``'s part: ``asked`` (default ``$TOYCORE_MATMUL``)
+    where TF32 was checked for the chapter (``TF32_CHAPTERS``), else float32."""
+    asked = asked or devices.matmul_precision()
+    return asked if chapter in TF32_CHAPTERS else "float32"
+
+
 def _run_part(chapter, sections, profile, device, folder, deadline, process_log, log):
     """One part in a process of its own, stopped at ``deadline``: its outcome in words."""
     command = [
@@ -186,7 +196,8 @@ def _run_part(chapter, sections, profile, device, folder, deadline, process_log,
         "--records",
         str(folder),
     ] + (["--sections", ",".join(map(str, sections))] if sections else [])
-    log(f"{chapter}, {describe_sections(sections)}: running ...")
+    precision = precision_for(chapter)
+    log(f"{chapter}, {describe_sections(sections)}: running, products in {precision} ...")
     began = time.monotonic()
     with open(process_log, "a") as output:
         output.write(f"\n$ {' '.join(command)}\n")
@@ -195,6 +206,7 @@ def _run_part(chapter, sections, profile, device, folder, deadline, process_log,
             command,
             stdout=output,
             stderr=subprocess.STDOUT,
+            env={**os.environ, "TOYCORE_MATMUL": precision},
             start_new_session=True,
             # answer _stop's SIGINT even where this process ignores it (a background job, a
             # test worker): a child inherits an ignored SIGINT, and Python then never raises

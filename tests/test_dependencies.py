@@ -14,7 +14,7 @@ import pytest
 
 from toycore import records
 from toycore.cache import PACKAGE
-from toycore.dependencies import Code, changes, notebook_dependencies, serialise
+from toycore.dependencies import Code, cells_for, changes, notebook_dependencies, serialise
 from toycore.paths import REPO_ROOT
 
 CHAPTERS = sorted(path.stem for path in (REPO_ROOT / "chapters").glob("*.ipynb"))
@@ -256,6 +256,32 @@ def test_a_paper_record_counts_only_the_paper_sizes(copy, original):
     ]
 
 
+def test_a_part_counts_only_the_settings_its_code_reads(copy, original):
+    """Section 11 alone reads the sizes past the texts' (``P.beyond_sizes``): changing them
+    stales section 11's record and leaves sections 1-3, 5 and 12 current; a setting that nothing
+    reads stales nothing; the stopping rule's cap, which section 3 reads, stales both."""
+    folder, edit = copy
+    cells = json.loads((REPO_ROOT / "chapters" / "05_persian_rug.ipynb").read_text())["cells"]
+    parts = ([1, 2, 3, 5], [12], [11])
+
+    def keys(code):
+        return [notebook_dependencies(code, cells_for(cells, s), "paper").key for s in parts]
+
+    before = keys(original)
+    paper = "        beyond_sizes=[4096, 8192],"
+    edit("sizes.py", paper, "        beyond_sizes=[4096],")
+    after = keys(Code.from_folder(folder))
+    assert after[:2] == before[:2] and after[2] != before[2]
+    edit(
+        "sizes.py",
+        "        beyond_sizes=[4096],",
+        "        beyond_sizes=[4096],\n        unread=1,",
+    )
+    assert keys(Code.from_folder(folder)) == after
+    edit("sizes.py", "        max_steps=100_000,", "        max_steps=100_001,")
+    assert all(a != b for a, b in zip(keys(Code.from_folder(folder))[:2], after[:2]))
+
+
 def _git(root, *args):
     subprocess.run(["git", *args], cwd=root, check=True, capture_output=True)
 
@@ -296,3 +322,43 @@ def test_a_record_made_before_keys_listed_dependencies_is_carried_over(tmp_path)
     assert records.carry_over("99_probe", folder, root, log=lambda line: None) == [
         ["experiments.rug_training.BATCH"]
     ]
+
+
+def test_a_record_listed_under_the_earlier_rule_is_relisted_where_its_code_is_unchanged(tmp_path):
+    """A part listed when a profile table counted its whole entry for the profile is listed
+    again under the present rule (only the settings read), and is current; one whose listed
+    cells are not its commit's is left alone."""
+    root = tmp_path / "repo"
+    shutil.copytree(PACKAGE, root / "toycore", ignore=shutil.ignore_patterns("__pycache__"))
+    (root / "chapters").mkdir()
+    chapter = "05_persian_rug"
+    shutil.copy(REPO_ROOT / "chapters" / f"{chapter}.ipynb", root / "chapters")
+    _git(root, "init", "-q")
+    _git(root, "add", ".")
+    _git(root, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "recorded")
+    commit = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True
+    ).stdout.strip()
+    code = Code.from_folder(root / "toycore")
+    listed = records.chapter_dependencies(chapter, [12], code, root=root)
+    (table,) = [name for name in listed.toycore if name.endswith("sizes.PERSIAN_RUG")]
+    earlier = dict(listed.toycore, **{table: code.digest(table, "paper")})
+    folder = root / "results" / "paper"
+    folder.mkdir(parents=True)
+
+    def record(cells):
+        old = records.Dependencies(earlier, cells)
+        part = dict(sections=[12], provenance=dict(commit=commit, code=old.key), rows=[])
+        part["dependencies"] = old.to_json()
+        (folder / f"{chapter}.json").write_text(
+            json.dumps(dict(chapter=chapter, profile="paper", parts=[part]))
+        )
+        return part
+
+    assert records.staleness(chapter, record(listed.cells), listed) == ["sizes.PERSIAN_RUG"]
+    assert records.relist(chapter, folder, root, log=lambda line: None) == [[]]
+    (part,) = json.loads((folder / f"{chapter}.json").read_text())["parts"]
+    assert part["dependencies"]["key"] == listed.key == part["provenance"]["code"]
+    record([[where, "0ther"] for where, _ in listed.cells])
+    (outcome,) = records.relist(chapter, folder, root, log=lambda line: None)
+    assert outcome[0].startswith("not relisted")

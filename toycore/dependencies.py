@@ -34,9 +34,12 @@ Hamilton normalises a node's source but does not follow the functions it calls.
 that feed its ledger rows, sliced backwards from the rows statement by statement (with the
 rows' texts, claim, source, note and why, left out: they change no verdict), on the toycore
 closure of the names those statements use, the verdict logic of ``toycore.claims`` included,
-and on the sizes of its own profile (a table keyed by every profile counts only its entry for
-that profile). Display statements (``show``, ``glue``, ``print``, ``ledger.table()``) feed no
-row; any other statement that is a bare call is kept, since it may change state.
+and on the sizes of its own profile: a table keyed by every profile counts only its entry for
+that profile, and of that entry only the settings some statement or unit of the closure reads
+by name (``P.beyond_sizes``; ``select`` hands them out as attributes), so that a size only
+section 11 reads stales section 11 alone. Display statements (``show``, ``glue``, ``print``,
+``ledger.table()``) feed no row; any other statement that is a bare call is kept, since it may
+change state.
 """
 
 import ast
@@ -418,14 +421,17 @@ class Code:
             for class_name in classes:
                 for method in new:
                     todo += self.units[class_name].methods.get(method, [])
-        return {name: self.digest(name, profile) for name in sorted(included)}
+        read = frozenset(seen_attributes) if profile is not None else None
+        return {name: self.digest(name, profile, read) for name in sorted(included)}
 
-    def digest(self, unit_name, profile=None):
-        key = (unit_name, profile)
+    def digest(self, unit_name, profile=None, read=None):
+        """A unit's digest; with ``profile``, a profile table's counts that profile's entry,
+        and with ``read`` (names read as attributes), only the settings among them."""
+        node = self.units[unit_name].node
+        if profile is not None:
+            node = _profile_entry(node, profile, read)
+        key = (unit_name, profile, read if node is not self.units[unit_name].node else None)
         if key not in self._digests:
-            node = self.units[unit_name].node
-            if profile is not None:
-                node = _profile_entry(node, profile)
             self._digests[key] = _digest(_dump(node))
         return self._digests[key]
 
@@ -436,18 +442,33 @@ class Code:
         return _digest(json.dumps(self.closure([qualified_name])))
 
 
-def _profile_entry(node, profile):
-    """A constant ``X = dict(ci=..., cpu=..., paper=...)`` read as its ``profile`` entry."""
-    value = getattr(node, "value", None)
+def _dict_entries(value):
+    """The entries of ``dict(a=..., b=...)`` or ``{"a": ..., "b": ...}`` as {name: node}, or None
+    for anything else (positional arguments, ``**`` spreads, keys that are not strings)."""
     if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id == "dict":
-        entries = {k.arg: k.value for k in value.keywords}
-    elif isinstance(value, ast.Dict) and all(isinstance(k, ast.Constant) for k in value.keys):
-        entries = {k.value: v for k, v in zip(value.keys, value.values)}
-    else:
+        if value.args or any(k.arg is None for k in value.keywords):
+            return None
+        return {k.arg: k.value for k in value.keywords}
+    if isinstance(value, ast.Dict) and all(
+        isinstance(k, ast.Constant) and isinstance(k.value, str) for k in value.keys
+    ):
+        return {k.value: v for k, v in zip(value.keys, value.values)}
+    return None
+
+
+def _profile_entry(node, profile, read=None):
+    """A constant ``X = dict(ci=..., cpu=..., paper=...)`` read as its ``profile`` entry; with
+    ``read``, a set of names, only that entry's settings named in it (where the entry is a
+    ``dict`` of names: ``select`` hands those out as attributes). Anything else: ``node``."""
+    entries = _dict_entries(getattr(node, "value", None))
+    if entries is None or set(entries) != set(PROFILES):
         return node
-    if set(entries) != set(PROFILES) or (isinstance(value, ast.Call) and value.args):
-        return node
-    return ast.Expr(entries[profile])
+    entry = entries[profile]
+    settings = _dict_entries(entry) if read is not None else None
+    if settings is not None:
+        kept = sorted(name for name in settings if name in read)
+        entry = ast.Dict([ast.Constant(name) for name in kept], [settings[n] for n in kept])
+    return ast.Expr(entry)
 
 
 # -- a chapter's cells ----------------------------------------------------------------------

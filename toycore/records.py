@@ -402,7 +402,7 @@ def carry_over(chapter, folder=None, root=REPO_ROOT, log=print):
     for part in record["parts"]:
         given = part["provenance"]
         if not part.get("dependencies"):
-            then = _dependencies_at(chapter, part["sections"], given["commit"], root)
+            then, _ = _dependencies_at(chapter, part["sections"], given["commit"], root)
             given["code_before"] = given["code"]
             given["code"] = then.key
             given["dependencies_listed"] = (
@@ -420,8 +420,52 @@ def carry_over(chapter, folder=None, root=REPO_ROOT, log=print):
     return changed
 
 
+def relist(chapter, folder=None, root=REPO_ROOT, log=print):
+    """List again, under the key's present rules, what each part of ``chapter``'s record
+    depends on, read from the commit it was recorded at; only where that commit's code is what
+    the part's list says it ran: every unit's digest and every cell as listed, a profile table
+    compared by its whole entry for the profile (the rule before its settings were counted one
+    by one). The verdicts and the commit stay. Returns, per part, what changed since (empty:
+    current), or why it was not relisted."""
+    path = (folder or FOLDER) / f"{chapter}.json"
+    record = json.loads(path.read_text())
+    now_code = Code.from_folder(root / "toycore")
+    outcomes = []
+    for part in record["parts"]:
+        given, listed = part["provenance"], Dependencies.from_json(part["dependencies"])
+        then, code = _dependencies_at(chapter, part["sections"], given["commit"], root)
+        differ = [
+            name
+            for name in sorted(set(listed.toycore) | set(then.toycore))
+            if listed.toycore.get(name) != then.toycore.get(name)
+            and not (
+                name in code.units
+                and listed.toycore.get(name) == code.digest(name, _profile(part))
+            )
+        ]
+        cells_differ = [d for _, d in listed.cells] != [d for _, d in then.cells]
+        if differ or cells_differ:
+            outcomes.append(["not relisted: the commit's code is not what the part lists"])
+        else:
+            given["code"] = then.key
+            given["dependencies_listed"] = (
+                f"{_now()} from commit {given['commit'][:10]}'s code, by a later toycore "
+                f"(toycore.dependencies); the verdicts are the run's"
+            )
+            part["dependencies"] = then.to_json()
+            now = chapter_dependencies(chapter, part["sections"], now_code, root=root)
+            outcomes.append(staleness(chapter, part, now))
+        log(
+            f"{chapter}, {describe_sections(part['sections'])}: "
+            + (", ".join(outcomes[-1]) if outcomes[-1] else "current")
+        )
+    path.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n")
+    return outcomes
+
+
 def _dependencies_at(chapter, sections, commit, root):
-    """What ``chapter``'s ``sections`` depended on at ``commit`` (a worktree checked out)."""
+    """What ``chapter``'s ``sections`` depended on at ``commit`` (a worktree checked out), and
+    that commit's Code."""
     with tempfile.TemporaryDirectory() as scratch:
         tree = Path(scratch) / "tree"
         subprocess.run(
@@ -430,9 +474,8 @@ def _dependencies_at(chapter, sections, commit, root):
             check=True,
         )
         try:
-            return chapter_dependencies(
-                chapter, sections, Code.from_folder(tree / "toycore"), root=tree
-            )
+            code = Code.from_folder(tree / "toycore")
+            return chapter_dependencies(chapter, sections, code, root=tree), code
         finally:
             subprocess.run(
                 ["git", "worktree", "remove", "--force", str(tree)], cwd=root, check=True
@@ -443,23 +486,30 @@ def main(argv=None):
     parser = argparse.ArgumentParser(
         prog="python -m toycore.records", description="the paper profile's records"
     )
-    parser.add_argument(
+    given = parser.add_mutually_exclusive_group(required=True)
+    given.add_argument(
         "--carry-over",
         nargs="+",
         metavar="CHAPTER",
-        required=True,
         help="list what these records depend on, from the commit each part was recorded at",
+    )
+    given.add_argument(
+        "--relist",
+        nargs="+",
+        metavar="CHAPTER",
+        help="list it again under the key's present rules, where the commit's code is what "
+        "each part lists",
     )
     args = parser.parse_args(argv)
     known = sorted(path.stem for path in FOLDER.glob("*.json"))
     chosen = []
-    for name in args.carry_over:  # a chapter's name or its number, as make book takes them
+    for name in args.carry_over or args.relist:  # a chapter's name or number, as make book
         matches = [stem for stem in known if name in (stem, stem.split("_")[0])]
         if not matches:
             parser.error(f"no record of {name!r}; the records are {', '.join(known)}")
         chosen += matches
     for chapter in chosen:
-        carry_over(chapter)
+        (carry_over if args.carry_over else relist)(chapter)
     return 0
 
 

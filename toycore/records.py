@@ -439,8 +439,7 @@ def relist(chapter, folder=None, root=REPO_ROOT, log=print):
             for name in sorted(set(listed.toycore) | set(then.toycore))
             if listed.toycore.get(name) != then.toycore.get(name)
             and not (
-                name in code.units
-                and listed.toycore.get(name) == code.digest(name, _profile(part))
+                name in code.units and listed.toycore.get(name) == code.digest(name, _profile(part))
             )
         ]
         cells_differ = [d for _, d in listed.cells] != [d for _, d in then.cells]

@@ -268,15 +268,12 @@ def test_a_part_counts_only_the_settings_its_code_reads(copy, original):
         return [notebook_dependencies(code, cells_for(cells, s), "paper").key for s in parts]
 
     before = keys(original)
-    paper = "        beyond_sizes=[4096, 8192],"
-    edit("sizes.py", paper, "        beyond_sizes=[4096],")
+    paper = "        beyond_sizes=[4096],"
+    edit("sizes.py", paper, "        beyond_sizes=[4096, 8192],")
     after = keys(Code.from_folder(folder))
     assert after[:2] == before[:2] and after[2] != before[2]
-    edit(
-        "sizes.py",
-        "        beyond_sizes=[4096],",
-        "        beyond_sizes=[4096],\n        unread=1,",
-    )
+    last = "        beyond_seeds=[0, 1, 2],\n    ),\n)"  # the paper entry's end
+    edit("sizes.py", last, last.replace("\n    ),", "\n        unread=1,\n    ),"))
     assert keys(Code.from_folder(folder)) == after
     edit("sizes.py", "        max_steps=100_000,", "        max_steps=100_001,")
     assert all(a != b for a, b in zip(keys(Code.from_folder(folder))[:2], after[:2]))

@@ -359,3 +359,24 @@ def test_a_record_listed_under_the_earlier_rule_is_relisted_where_its_code_is_un
     record([[where, "0ther"] for where, _ in listed.cells])
     (outcome,) = records.relist(chapter, folder, root, log=lambda line: None)
     assert outcome[0].startswith("not relisted")
+
+
+def test_every_chapter_reads_its_sizes_by_name_only():
+    """A record's key counts the settings of a profile table that are read by name
+    (``P.max_steps``); a chapter that handed its sizes ``P`` on whole (``vars(P)``, ``f(P)``)
+    could read others unseen, so none does."""
+    for chapter in CHAPTERS:
+        cells = json.loads((REPO_ROOT / "chapters" / f"{chapter}.ipynb").read_text())["cells"]
+        for cell in cells:
+            if cell["cell_type"] != "code":
+                continue
+            tree = ast.parse("".join(cell["source"]))
+            parents = {
+                child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)
+            }
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Name) and node.id == "P":
+                    parent = parents.get(node)
+                    by_name = isinstance(parent, ast.Attribute) and parent.value is node
+                    assigned = isinstance(parent, ast.Assign) and node in parent.targets
+                    assert by_name or assigned, f"{chapter}: {ast.unparse(parent)}"

@@ -283,20 +283,26 @@ def _git(root, *args):
     subprocess.run(["git", *args], cwd=root, check=True, capture_output=True)
 
 
+def _committed_repository(root, chapter, notebook):
+    """A repository at ``root`` with toycore and one chapter (``notebook``, a dict), committed:
+    the commit's hash."""
+    shutil.copytree(PACKAGE, root / "toycore", ignore=shutil.ignore_patterns("__pycache__"))
+    (root / "chapters").mkdir()
+    (root / "chapters" / f"{chapter}.ipynb").write_text(json.dumps(notebook))
+    _git(root, "init", "-q")
+    _git(root, "add", ".")
+    _git(root, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "recorded")
+    return subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True
+    ).stdout.strip()
+
+
 def test_a_record_made_before_keys_listed_dependencies_is_carried_over(tmp_path):
     """A record without dependencies gets those of the commit it was recorded at: current when
     that code is the code now, stale (saying what changed) when not."""
     root = tmp_path / "repo"
-    shutil.copytree(PACKAGE, root / "toycore", ignore=shutil.ignore_patterns("__pycache__"))
-    (root / "chapters").mkdir()
     notebook = {"cells": probe_cells(), "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
-    (root / "chapters" / "99_probe.ipynb").write_text(json.dumps(notebook))
-    _git(root, "init", "-q")
-    _git(root, "add", ".")
-    _git(root, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "recorded")
-    commit = subprocess.run(
-        ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True
-    ).stdout.strip()
+    commit = _committed_repository(root, "99_probe", notebook)
     folder = root / "results" / "paper"
     folder.mkdir(parents=True)
     old = dict(
@@ -325,17 +331,9 @@ def test_a_record_listed_under_the_earlier_rule_is_relisted_where_its_code_is_un
     """A part listed when a profile table counted its whole entry for the profile is listed
     again under the present rule (only the settings read), and is current; one whose listed
     cells are not its commit's is left alone."""
-    root = tmp_path / "repo"
-    shutil.copytree(PACKAGE, root / "toycore", ignore=shutil.ignore_patterns("__pycache__"))
-    (root / "chapters").mkdir()
-    chapter = "05_persian_rug"
-    shutil.copy(REPO_ROOT / "chapters" / f"{chapter}.ipynb", root / "chapters")
-    _git(root, "init", "-q")
-    _git(root, "add", ".")
-    _git(root, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "recorded")
-    commit = subprocess.run(
-        ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True
-    ).stdout.strip()
+    root, chapter = tmp_path / "repo", "05_persian_rug"
+    notebook = json.loads((REPO_ROOT / "chapters" / f"{chapter}.ipynb").read_text())
+    commit = _committed_repository(root, chapter, notebook)
     code = Code.from_folder(root / "toycore")
     listed = records.chapter_dependencies(chapter, [12], code, root=root)
     (table,) = [name for name in listed.toycore if name.endswith("sizes.PERSIAN_RUG")]

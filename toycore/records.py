@@ -404,12 +404,7 @@ def carry_over(chapter, folder=None, root=REPO_ROOT, log=print):
         if not part.get("dependencies"):
             then, _ = _dependencies_at(chapter, part["sections"], given["commit"], root)
             given["code_before"] = given["code"]
-            given["code"] = then.key
-            given["dependencies_listed"] = (
-                f"{_now()} from commit {given['commit'][:10]}'s code, by a later toycore "
-                f"(toycore.dependencies); the verdicts are the run's"
-            )
-            part["dependencies"] = then.to_json()
+            _list(part, then)
         now = chapter_dependencies(chapter, part["sections"], now_code, root=root)
         changed.append(staleness(chapter, part, now))
         log(
@@ -446,12 +441,7 @@ def relist(chapter, folder=None, root=REPO_ROOT, log=print):
         if differ or cells_differ:
             outcomes.append(["not relisted: the commit's code is not what the part lists"])
         else:
-            given["code"] = then.key
-            given["dependencies_listed"] = (
-                f"{_now()} from commit {given['commit'][:10]}'s code, by a later toycore "
-                f"(toycore.dependencies); the verdicts are the run's"
-            )
-            part["dependencies"] = then.to_json()
+            _list(part, then)
             now = chapter_dependencies(chapter, part["sections"], now_code, root=root)
             outcomes.append(staleness(chapter, part, now))
         log(
@@ -460,6 +450,18 @@ def relist(chapter, folder=None, root=REPO_ROOT, log=print):
         )
     path.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n")
     return outcomes
+
+
+def _list(part, dependencies):
+    """Give ``part`` the ``dependencies`` read from its commit's code, saying so; its verdicts
+    and its commit stay."""
+    given = part["provenance"]
+    given["code"] = dependencies.key
+    given["dependencies_listed"] = (
+        f"{_now()} from commit {given['commit'][:10]}'s code, by a later toycore "
+        f"(toycore.dependencies); the verdicts are the run's"
+    )
+    part["dependencies"] = dependencies.to_json()
 
 
 def _dependencies_at(chapter, sections, commit, root):

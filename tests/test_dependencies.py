@@ -356,25 +356,56 @@ def test_a_record_listed_under_the_earlier_rule_is_relisted_where_its_code_is_un
     assert part["dependencies"]["key"] == listed.key == part["provenance"]["code"]
     record([[where, "0ther"] for where, _ in listed.cells])
     (outcome,) = records.relist(chapter, folder, root, log=lambda line: None)
-    assert outcome[0].startswith("not relisted")
+    assert outcome[0].startswith("not relisted: the commit's code")
+    # a list read from the commit of a run that had uncommitted changes proves nothing
+    part = record(listed.cells)
+    part["provenance"].update(uncommitted_changes=True, dependencies_listed="later")
+    (folder / f"{chapter}.json").write_text(
+        json.dumps(dict(chapter=chapter, profile="paper", parts=[part]))
+    )
+    (outcome,) = records.relist(chapter, folder, root, log=lambda line: None)
+    assert outcome == ["not relisted: its list was read from a commit its run had changed"]
 
 
 def test_every_chapter_reads_its_sizes_by_name_only():
     """A record's key counts the settings of a profile table that are read by name
-    (``P.max_steps``); a chapter that handed its sizes ``P`` on whole (``vars(P)``, ``f(P)``)
-    could read others unseen, so none does."""
+    (``P.max_steps``). So toycore hands a table out only through ``select(profile, **TABLE)``
+    (settings as attributes), and a chapter reads what ``sizes(...)`` returns by name only,
+    never passing it on whole (``vars(P)``, ``f(P)``), which could read others unseen."""
+    tables = {
+        node.targets[0].id
+        for node in ast.parse((PACKAGE / "sizes.py").read_text()).body
+        if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name)
+    }
+    for path in PACKAGE.rglob("*.py"):
+        if path.name == "sizes.py":
+            continue
+        tree = ast.parse(path.read_text())
+        parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Name) and node.id in tables:
+                spread = parents.get(node)
+                assert isinstance(spread, ast.keyword) and spread.arg is None, path
+                call = parents.get(spread)
+                assert isinstance(call, ast.Call) and ast.unparse(call.func) == "select", path
     for chapter in CHAPTERS:
         cells = json.loads((REPO_ROOT / "chapters" / f"{chapter}.ipynb").read_text())["cells"]
-        for cell in cells:
-            if cell["cell_type"] != "code":
-                continue
-            tree = ast.parse("".join(cell["source"]))
-            parents = {
-                child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)
-            }
-            for node in ast.walk(tree):
-                if isinstance(node, ast.Name) and node.id == "P":
-                    parent = parents.get(node)
-                    by_name = isinstance(parent, ast.Attribute) and parent.value is node
-                    assigned = isinstance(parent, ast.Assign) and node in parent.targets
-                    assert by_name or assigned, f"{chapter}: {ast.unparse(parent)}"
+        source = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
+        tree = ast.parse(source)
+        sizes = {
+            target.id
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Call)
+            and ast.unparse(node.value.func).split(".")[-1] == "sizes"
+            for target in node.targets
+            if isinstance(target, ast.Name)
+        }
+        assert "P" in sizes, chapter
+        parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Name) and node.id in sizes:
+                parent = parents.get(node)
+                by_name = isinstance(parent, ast.Attribute) and parent.value is node
+                assigned = isinstance(parent, ast.Assign) and node in parent.targets
+                assert by_name or assigned, f"{chapter}: {ast.unparse(parent)}"

@@ -490,15 +490,26 @@ def test_the_headline_figure_adds_the_records_sizes_and_passes_over_its_trend_ro
 
 
 def test_the_stopping_rule_tests_words_follow_its_rows():
-    def rows(gain, passed, moved):
+    def rows(gain, passed, moved, drops="ns=8: +1%"):
         return [
-            {"id": "horizon.gain", "measured": gain, "passed": passed, "note": "drops: ns=8: +1%"},
+            {
+                "id": "horizon.gain",
+                "measured": gain,
+                "expected": 0.05,
+                "passed": passed,
+                "note": f"drops: {drops}",
+            },
             {"id": "horizon.headline", "measured": moved, "passed": moved == 0},
         ]
 
     held = ex.horizon_words(rows(0.01, True, 0))
-    assert "lost less: ns=8: +1%" in held and "1.0%, is within the headline's 5%" in held
+    assert "lowered their loss by ns=8: +1%;" in held and "1.0%, is within the bound of 5%" in held
     assert held.endswith("0 headline verdicts move.")
     failed = ex.horizon_words(rows(0.056, False, 1))
     assert "5.6%, is beyond" in failed and failed.endswith("1 headline verdict moves.")
+    none = ex.horizon_words(rows(0.0, True, 0, drops=""))
+    assert (
+        none == "no model of the sweep stopped before its size's median steps, and 0 "
+        "headline verdicts move."
+    )
     assert ex.horizon_words([]) == "was not recorded."

@@ -427,29 +427,50 @@ def relist(chapter, folder=None, root=REPO_ROOT, log=print):
     now_code = Code.from_folder(root / "toycore")
     outcomes = []
     for part in record["parts"]:
-        given, listed = part["provenance"], Dependencies.from_json(part["dependencies"])
-        then, code = _dependencies_at(chapter, part["sections"], given["commit"], root)
-        differ = [
-            name
-            for name in sorted(set(listed.toycore) | set(then.toycore))
-            if listed.toycore.get(name) != then.toycore.get(name)
-            and not (
-                name in code.units and listed.toycore.get(name) == code.digest(name, _profile(part))
-            )
-        ]
-        cells_differ = [d for _, d in listed.cells] != [d for _, d in then.cells]
-        if differ or cells_differ:
-            outcomes.append(["not relisted: the commit's code is not what the part lists"])
+        refused = _not_relisted(part)
+        if refused:
+            outcomes.append([f"not relisted: {refused}"])
         else:
-            _list(part, then)
-            now = chapter_dependencies(chapter, part["sections"], now_code, root=root)
-            outcomes.append(staleness(chapter, part, now))
+            given, listed = part["provenance"], Dependencies.from_json(part["dependencies"])
+            profile = _profile(part)
+            then, code = _dependencies_at(chapter, part["sections"], given["commit"], root, profile)
+            differ = [
+                name
+                for name in sorted(set(listed.toycore) | set(then.toycore))
+                if listed.toycore.get(name) != then.toycore.get(name)
+                and not (
+                    name in code.units and listed.toycore.get(name) == code.digest(name, profile)
+                )
+            ]
+            if differ or [d for _, d in listed.cells] != [d for _, d in then.cells]:
+                outcomes.append(["not relisted: the commit's code is not what the part lists"])
+            else:
+                given["code_before"] = given["code"]
+                _list(part, then)
+                now = chapter_dependencies(
+                    chapter, part["sections"], now_code, root=root, profile=profile
+                )
+                outcomes.append(staleness(chapter, part, now))
         log(
             f"{chapter}, {describe_sections(part['sections'])}: "
             + (", ".join(outcomes[-1]) if outcomes[-1] else "current")
         )
     path.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n")
     return outcomes
+
+
+def _not_relisted(part):
+    """Why ``part`` cannot be relisted, or "": its list must be the one its run made (matching
+    the key it was recorded under), and a list read from its commit afterwards proves nothing
+    where the run had uncommitted changes."""
+    given = part["provenance"]
+    if not part.get("dependencies"):
+        return "it lists no dependencies (carry it over instead)"
+    if part["dependencies"]["key"] != given["code"]:
+        return "its list is not the one its key was made from"
+    if given.get("uncommitted_changes") and "dependencies_listed" in given:
+        return "its list was read from a commit its run had changed"
+    return ""
 
 
 def _list(part, dependencies):
@@ -464,7 +485,7 @@ def _list(part, dependencies):
     part["dependencies"] = dependencies.to_json()
 
 
-def _dependencies_at(chapter, sections, commit, root):
+def _dependencies_at(chapter, sections, commit, root, profile="paper"):
     """What ``chapter``'s ``sections`` depended on at ``commit`` (a worktree checked out), and
     that commit's Code."""
     with tempfile.TemporaryDirectory() as scratch:
@@ -476,7 +497,7 @@ def _dependencies_at(chapter, sections, commit, root):
         )
         try:
             code = Code.from_folder(tree / "toycore")
-            return chapter_dependencies(chapter, sections, code, root=tree), code
+            return chapter_dependencies(chapter, sections, code, root=tree, profile=profile), code
         finally:
             subprocess.run(
                 ["git", "worktree", "remove", "--force", str(tree)], cwd=root, check=True

@@ -241,9 +241,9 @@ PERSIAN_RUG = dict(
         sweep_seeds=[0, 1, 2],
         linear_features=512,
         rug_features=8192,
-        # three seeds each, p = 0.045, nd/ns = 0.25; not 8192 yet: one of its models takes
-        # 3.4 ms a step with TF32 on an H200, some 100 s per 30,000 steps, and its three with
-        # the texts' sweep outlast the 10 minutes one command has on a lent GPU
+        # three seeds each, p = 0.045, nd/ns = 0.25; not 8192 yet: how many steps its models
+        # need is not measured, and at 3.4 ms a model-step (a shard of three, TF32, an H200)
+        # they are what could push the part past one command's 10 minutes on a lent GPU
         beyond_sizes=[4096],
         beyond_seeds=[0, 1, 2],
     ),

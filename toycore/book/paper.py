@@ -43,9 +43,10 @@ from ..profiles import resolve_profile
 from .config import select_chapters
 
 # The parts of the book at the texts' sizes, the most valuable that a lent GPU finishes first:
-# the headline past the texts' sizes (some 4 minutes), then chapter 5's grids, which have never
-# run at those sizes (a CPU would take days; on a GPU, ns = 2048 alone is about 13 minutes, more
-# than a lent GPU's budget), then what reads them, then the rest.
+# the headline past the texts' sizes (ns = 4096; some minutes, an estimate), then chapter 5's
+# grids, which have never run at those sizes (a CPU would take days; on a GPU, ns = 2048 alone
+# is about 13 minutes by an estimate, more than a lent GPU's budget), then what reads them,
+# then the rest.
 PLAN = (
     ("05_persian_rug", [11]),  # the headline past the texts' sizes (ours)
     ("05_persian_rug", [4]),  # Figure 2's grids
@@ -92,16 +93,18 @@ def covered(record, sections):
 
 def parse_parts(text):
     """A plan from the command line: parts separated by spaces, each ``chapter`` (the whole
-    chapter) or ``chapter:s,t`` (those sections), run in the order given."""
+    chapter, by its name or number) or ``chapter:s,t`` (those sections), run in the order
+    given; chapters by their full names, as the records and the plan name them."""
     plan = []
     for part in text.split():
-        chapter, _, sections = part.partition(":")
+        chapter, colon, sections = part.partition(":")
         try:
-            numbers = [int(s) for s in sections.split(",")] if sections else None
+            numbers = [int(s) for s in sections.split(",")] if colon else None
         except ValueError:
             said = f"{part}: a part is chapter or chapter:s,t (section numbers)"
             raise ValueError(said) from None
-        plan.append((chapter, numbers))
+        (notebook,) = select_chapters([chapter])
+        plan.append((notebook.stem, numbers))
     if not plan:
         raise ValueError("--parts names no part")
     check_plan(plan)

@@ -237,19 +237,21 @@ def trend_words(rows, claim_id="headline.trend"):
 def horizon_words(rows):
     """What the stopping rule's test (section 12's ``horizon.*`` rows of a ledger or a record)
     found, as a sentence the prose can quote: the loss drops per size, whether the largest is
-    within the headline's tolerance, and how many headline verdicts move."""
+    within the row's bound (the headline's tolerance), and how many headline verdicts move."""
     found = {row["id"]: row for row in rows if row["id"].startswith("horizon.")}
     gain, moved = found.get("horizon.gain"), found.get("horizon.headline")
     if gain is None or moved is None:
         return "was not recorded."
-    within = "within" if gain["passed"] else "beyond"
     verdicts = int(moved["measured"])
+    move = "1 headline verdict moves" if verdicts == 1 else f"{verdicts} headline verdicts move"
+    drops = gain["note"].removeprefix("drops: ")
+    if not drops:
+        return f"no model of the sweep stopped before its size's median steps, and {move}."
+    within = "within" if gain["passed"] else "beyond"
     return (
-        "trained on to their size's median steps, the models the rule had stopped before it "
-        f"lost less: {gain['note'].removeprefix('drops: ')}; the largest drop, "
-        f"{gain['measured']:.1%}, is {within} the headline's {HEADLINE_TOLERANCE:.0%} "
-        f"tolerance, and {verdicts} headline verdict{'s' if verdicts != 1 else ''} "
-        f"move{'s' if verdicts == 1 else ''}."
+        "trained on to their size's median steps, the models the rule had stopped before that "
+        f"median lowered their loss by {drops}; the largest drop, {gain['measured']:.1%}, is "
+        f"{within} the bound of {gain['expected']:.0%} (the headline's tolerance), and {move}."
     )
 
 

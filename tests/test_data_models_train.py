@@ -4,6 +4,7 @@ import torch
 
 from toycore.data import SparseUniform, basis_vectors, sparse_moments
 from toycore.models import LinearAutoencoder, TiedLinear
+from toycore.seeding import generator
 from toycore.theory import linear as th
 from toycore.train import record_steps, train
 
@@ -27,6 +28,22 @@ def test_sparse_uniform_instance_streams_are_independent_of_the_batch():
     assert torch.equal(together[1], alone[0])
     again = SparseUniform([3, 7], 5, [0.5, 0.9]).sample(100)
     assert torch.equal(together, again)
+
+
+def test_sparse_uniform_is_its_definition_bit_for_bit():
+    # x = r / d where r < d, else 0, from one uniform r per entry of the instance's own stream;
+    # the sampler computes it in place another way, which must not change a single bit
+    densities = [0.001, 0.045, 0.5, 0.999]
+    data = SparseUniform(range(4), 300, [1 - d for d in densities], prefetch=2)
+    for _ in range(3):  # across a refill of the stock
+        x = data.sample(256)
+    streams = [generator(seed, "data", x.device) for seed in range(4)]
+    for i, d in enumerate(densities):
+        stocks = [torch.rand((2, 256, 300), generator=streams[i], device=x.device) for _ in "ab"]
+        r = stocks[1][0]  # the third batch: the second stock's first
+        density = torch.tensor(d, dtype=torch.float32)
+        expected = torch.where(r < density, r / density, 0)
+        assert torch.equal(x[i], expected) and not torch.signbit(x[i]).any()
 
 
 def test_per_instance_sparsity():

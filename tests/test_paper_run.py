@@ -4,6 +4,7 @@ is recorded, and packs the records and its log into two files."""
 
 import json
 import tarfile
+import time
 
 import pytest
 
@@ -56,6 +57,12 @@ def test_a_budgeted_run_stops_at_its_budget_records_what_finished_and_resumes(sc
     assert all(i.startswith("construct.") for i in ids[0]) and "scaling.p" in ids[1]
     log = (scratch / "third" / paper.LOG_FILE).read_text()
     assert "profile ci" in log and "section 9: recorded in" in log
+    # the log times the part's cells (those of a second or more); a copy older than the part
+    # is not read as its
+    executed = paper.executed_copy("05_persian_rug")
+    timed = paper.cell_times(executed, started=0, shortest=0)
+    assert timed and timed[-1].endswith("ledger.save()") and " s  " in timed[0]
+    assert paper.cell_times(executed, started=time.time() + 60) == []
 
 
 def test_a_bad_plan_or_budget_is_refused_before_any_work(scratch):

@@ -11,7 +11,8 @@ back, two files in ``DIR``:
 
     paper-records.tar.gz   results/paper/<chapter>.json of every chapter in the plan
     paper-run.log          the machine, then one line per part: recorded, already current,
-                           stopped at the budget, not started, or failed (and why)
+                           stopped at the budget, not started, or failed (and why), and under
+                           a part that ran, its cells of a second or more and where it stopped
 
 Unpack the tarball at the repository's root (``tar xzf DIR/paper-records.tar.gz``) and commit
 the records. Run again, it resumes: what was recorded is current and is not run again.
@@ -32,8 +33,10 @@ import sys
 import tarfile
 import tempfile
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 
+import nbformat
 import torch
 
 from .. import devices, records
@@ -162,12 +165,15 @@ def run(
         elif deadline - time.monotonic() < min_start:
             outcome = f"not started: {max(0, deadline - time.monotonic()):.0f} s left"
         else:
+            began = time.time()
             outcome = _run_part(
                 chapter, sections, profile, device, folder, deadline, process_log, log
             )
         outcomes[name] = outcome
         lines.append(f"{name}: {outcome}")
         log(lines[-1])
+        if outcome.startswith(("recorded", "stopped", "failed")):
+            lines.extend(cell_times(executed_copy(chapter), started=began))
     lines.append(f"total {time.monotonic() - start:.0f} s")
     (out / LOG_FILE).write_text("\n".join(lines) + "\n")
     with tarfile.open(out / RECORDS_FILE, "w:gz") as packed:
@@ -177,6 +183,38 @@ def run(
                 packed.add(path, arcname=str(Path("results") / "paper" / path.name))
     log(f"packed into {out / RECORDS_FILE} and {out / LOG_FILE}")
     return outcomes
+
+
+def executed_copy(chapter):
+    """Where a part's run leaves its executed notebook (the book's source tree in the build)."""
+    return Path(build_dir()) / "source" / "chapters" / f"{chapter}.ipynb"
+
+
+def cell_times(executed, started, shortest=1.0):
+    """Log lines for the cells of a part's ``executed`` copy that took ``shortest`` seconds or
+    more, and the cell it stopped in, with its time so far: what sizes the next run's budget.
+    Nothing if the copy predates the part (``started``, a time.time()): it never began."""
+    try:
+        if executed.stat().st_mtime < started:
+            return []
+        cells = nbformat.read(executed, as_version=4).cells
+    except (OSError, ValueError):
+        return []
+    lines = []
+    for cell in cells:
+        timing = cell.metadata.get("papermill", {})
+        first = cell.source.strip().splitlines()[0][:70] if cell.source.strip() else ""
+        seconds = timing.get("duration")
+        if timing.get("status") == "failed" and timing.get("start_time"):
+            if seconds is None:  # still running when the part was stopped
+                began = datetime.fromisoformat(timing["start_time"])
+                if began.tzinfo is None:  # older papermills wrote UTC without saying so
+                    began = began.replace(tzinfo=timezone.utc)
+                seconds = executed.stat().st_mtime - began.timestamp()
+            lines.append(f"    {seconds:7.1f} s  {first}  (stopped here)")
+        elif seconds is not None and seconds >= shortest:
+            lines.append(f"    {seconds:7.1f} s  {first}")
+    return lines
 
 
 def precision_for(chapter, asked=None):

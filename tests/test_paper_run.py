@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from toycore import progress
 from toycore.book import paper
 
 PLAN = (("05_persian_rug", [1]), ("05_persian_rug", [9]))  # the construction; the scaling
@@ -98,3 +99,24 @@ def test_tf32_is_used_only_for_the_chapters_it_was_checked_for(monkeypatch):
     assert paper.precision_for("05_persian_rug") == "tf32"
     monkeypatch.setenv("TOYCORE_MATMUL", "float32")
     assert paper.precision_for("05_persian_rug") == "float32"
+
+
+def test_a_part_s_progress_bars_are_logged_finished_or_where_they_stopped(tmp_path, monkeypatch):
+    path = tmp_path / "progress.log"
+    monkeypatch.setenv("TOYCORE_PROGRESS_LOG", str(path))
+    monkeypatch.setattr(progress, "LOG_EVERY_S", 0)  # a line at every update
+    finished = progress.progress_bar(3, "three steps")
+    for _ in range(3):
+        finished.update(1)
+    finished.close()
+    stopped = progress.progress_bar(100, "a training")  # never closed: its part was stopped
+    stopped.update(7)
+    said = [line.strip() for line in paper.progress_lines(path, shortest=0)]
+    assert [line.split(" after ")[0] for line in said] == [
+        "three steps: 3 of 3",
+        "a training: 7 of 100",
+    ]
+    assert said[0].endswith("(done)") and said[1].endswith("(running)")
+    # a finished bar shorter than ``shortest`` is left out, an unfinished one never
+    assert [line.strip().split(":")[0] for line in paper.progress_lines(path, 60)] == ["a training"]
+    assert paper.progress_lines(tmp_path / "none.log") == []

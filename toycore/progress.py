@@ -6,10 +6,19 @@ a terminal. Output to a file or a pipe (a benchmark's log) gets none: there ever
 be a line of its own.
 """
 
+import itertools
 import os
 import sys
+import time
 
 from tqdm.auto import tqdm
+
+# TOYCORE_PROGRESS_LOG names a file that every bar also writes to, a line when it starts, every
+# LOG_EVERY_S seconds while it runs and one when it closes: a budgeted run stopped mid-cell (the
+# paper run) still says how far each training had got, and how long each finished one took.
+LOG_EVERY_S = 10
+FEW_STEPS = 1000  # a bar of so few steps (shards, starts) writes a line at every one
+_numbers = itertools.count(1)
 
 
 def progress_enabled():
@@ -21,5 +30,36 @@ def progress_enabled():
 
 def progress_bar(total, desc):
     """A tqdm bar in live kernels and terminals; a silent stand-in with the same ``update``
-    method otherwise."""
-    return tqdm(total=total, desc=desc, disable=not progress_enabled(), leave=False)
+    method otherwise; either also logged where TOYCORE_PROGRESS_LOG names a file."""
+    bar = tqdm(total=total, desc=desc, disable=not progress_enabled(), leave=False)
+    log = os.environ.get("TOYCORE_PROGRESS_LOG")
+    return _LoggedBar(bar, total, desc, log) if log else bar
+
+
+class _LoggedBar:
+    """``bar``, with lines "#k desc: n of total after t s (running|done)" appended to ``path``
+    (k numbers the bars of a process: descriptions repeat)."""
+
+    def __init__(self, bar, total, desc, path):
+        self.bar, self.total, self.desc, self.path = bar, total, desc, path
+        self.label = f"#{os.getpid()}.{next(_numbers)}"
+        self.n, self.start = 0, time.monotonic()
+        self._write("running")  # a part stopped before the bar's next line still names it
+
+    def update(self, n=1):
+        self.bar.update(n)
+        self.n += n
+        if self.total <= FEW_STEPS or time.monotonic() - self.written >= LOG_EVERY_S:
+            self._write("running")
+
+    def close(self):
+        self.bar.close()
+        self._write("done")
+
+    def _write(self, state):
+        self.written = time.monotonic()
+        with open(self.path, "a") as log:
+            log.write(
+                f"{self.label} {self.desc}: {self.n:,} of {self.total:,} after "
+                f"{self.written - self.start:.1f} s ({state})\n"
+            )

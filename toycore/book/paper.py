@@ -12,7 +12,9 @@ back, two files in ``DIR``:
     paper-records.tar.gz   results/paper/<chapter>.json of every chapter in the plan
     paper-run.log          the machine, then one line per part: recorded, already current,
                            stopped at the budget, not started, or failed (and why), and under
-                           a part that ran, its cells of a second or more and where it stopped
+                           a part that ran, its cells of a second or more and where it stopped,
+                           then its trainings: each finished one's steps and seconds, and how
+                           far an unfinished one had got
 
 Unpack the tarball at the repository's root (``tar xzf DIR/paper-records.tar.gz``) and commit
 the records. Run again, it resumes: what was recorded is current and is not run again.
@@ -73,6 +75,7 @@ MIN_START_S = 30
 # killed outright.
 STOP_GRACE_S = 30
 RECORDS_FILE, LOG_FILE = "paper-records.tar.gz", "paper-run.log"
+PROGRESS_FILE = "paper-run-progress.log"  # in the build folder, the running part's bars
 # The Python packages the GPU machines' image provides, which the wheels leave out (its list
 # does not hold platformdirs, which jupyter_core needs: a run there stopped without it).
 PROVIDED = frozenset(
@@ -157,6 +160,7 @@ def run(
     ]
     outcomes = {}
     process_log = Path(build_dir()) / "paper-run-processes.log"
+    progress_log = process_log.with_name(PROGRESS_FILE)
     process_log.parent.mkdir(parents=True, exist_ok=True)
     for chapter, sections in plan:
         name = f"{chapter}, {describe_sections(sections)}"
@@ -166,6 +170,7 @@ def run(
             outcome = f"not started: {max(0, deadline - time.monotonic()):.0f} s left"
         else:
             began = time.time()
+            progress_log.unlink(missing_ok=True)
             outcome = _run_part(
                 chapter, sections, profile, device, folder, deadline, process_log, log
             )
@@ -174,6 +179,7 @@ def run(
         log(lines[-1])
         if outcome.startswith(("recorded", "stopped", "failed")):
             lines.extend(cell_times(executed_copy(chapter), started=began))
+            lines.extend(progress_lines(progress_log))
     lines.append(f"total {time.monotonic() - start:.0f} s")
     (out / LOG_FILE).write_text("\n".join(lines) + "\n")
     with tarfile.open(out / RECORDS_FILE, "w:gz") as packed:
@@ -217,6 +223,26 @@ def cell_times(executed, started, shortest=1.0):
     return lines
 
 
+def progress_lines(path, shortest=2.0):
+    """Log lines for a part's progress bars (toycore.progress writes them to ``path``): each
+    finished one that took ``shortest`` seconds or more, and where each unfinished one was last
+    seen, in the order they started."""
+    try:
+        written = path.read_text().splitlines()
+    except OSError:
+        return []
+    last = {}  # bar -> its last line, in the order the bars first wrote
+    for line in written:
+        label, _, said = line.partition(" ")
+        last[label] = said
+    kept = []
+    for said in last.values():
+        seconds = re.search(r"after ([0-9.]+) s \((running|done)\)$", said)
+        if seconds and (seconds[2] == "running" or float(seconds[1]) >= shortest):
+            kept.append(f"    {said}")
+    return kept
+
+
 def precision_for(chapter, asked=None):
     """The products' precision for ``chapter``'s part: ``asked`` (default ``$TOYCORE_MATMUL``)
     where TF32 was checked for the chapter (``TF32_CHAPTERS``), else float32."""
@@ -225,7 +251,9 @@ def precision_for(chapter, asked=None):
 
 
 def _run_part(chapter, sections, profile, device, folder, deadline, process_log, log):
-    """One part in a process of its own, stopped at ``deadline``: its outcome in words."""
+    """One part in a process of its own, stopped at ``deadline``: its outcome in words. Its
+    progress bars are logged to PROGRESS_FILE beside ``process_log``."""
+    progress_log = process_log.with_name(PROGRESS_FILE)
     command = [
         sys.executable,
         "-m",
@@ -251,7 +279,11 @@ def _run_part(chapter, sections, profile, device, folder, deadline, process_log,
             command,
             stdout=output,
             stderr=subprocess.STDOUT,
-            env={**os.environ, "TOYCORE_MATMUL": precision},
+            env={
+                **os.environ,
+                "TOYCORE_MATMUL": precision,
+                "TOYCORE_PROGRESS_LOG": str(progress_log),
+            },
             start_new_session=True,
             # answer _stop's SIGINT even where this process ignores it (a background job, a
             # test worker): a child inherits an ignored SIGINT, and Python then never raises

@@ -9,8 +9,10 @@ drawing the batch (``SparseUniform.sample``), the forward pass and gradients
 Adam (``adam_update``). Each part is timed alone over ``--steps`` steps, the clock read after
 the device has finished, then the whole step; milliseconds per step and per model-step, and the
 rate of the products' arithmetic (2·batch·ns·nd per product and model, five products plus the
-loss's). The shares say what a faster step must cut. Ends with the profiler's operations that
-took the most device (or CPU) time over a few whole steps. ``TOYCORE_MATMUL=tf32`` runs the
+loss's). The shares say what a faster step must cut. Then two cuts it could make, timed beside
+what it does (the loss as a reduction, with each way's error against float64; batches drawn
+eight at a time), and the profiler's operations that took the most device (or CPU) time over a
+few whole steps. ``TOYCORE_MATMUL=tf32`` runs the
 products on a GPU's tensor cores.
 """
 
@@ -115,6 +117,7 @@ def main():
             f"  products: {flops / parts['loss and gradients'] / 1e12:.1f} TFLOP/s within the "
             f"loss and gradients, {flops / parts['whole step'] / 1e12:.1f} over the whole step"
         )
+        alternatives(device, args, model, live, x, features, parts)
         activity = (
             torch.profiler.ProfilerActivity.CUDA
             if device.type == "cuda"
@@ -126,6 +129,39 @@ def main():
             synchronize(device)
         key = "self_cuda_time_total" if device.type == "cuda" else "self_cpu_time_total"
         print(profile.key_averages().table(sort_by=key, row_limit=10, max_name_column_width=48))
+
+
+def alternatives(device, args, model, live, x, features, parts):
+    """Two cuts the step could make, timed beside what it does now, in the same run (neither is
+    in the training code: each would change its numbers, and every record with them): the loss
+    as a reduction instead of a batched matrix-vector product, and the batches drawn eight at a
+    time per generator call instead of as the stock budget allows."""
+    with torch.no_grad():
+        output = torch.baddbmm(
+            live["b"].unsqueeze(-2), torch.bmm(x, live["W_in"].mT), live["W_out"].mT
+        ).clamp_min_(0)
+        flat = (output - x).flatten(1)  # (models, batch·features), the errors
+    now = timed(device, args.steps, lambda: torch.bmm(flat.unsqueeze(1), flat.unsqueeze(2)))
+    reduced = timed(device, args.steps, lambda: torch.linalg.vecdot(flat, flat))
+    exact = torch.linalg.vecdot(flat.double(), flat.double())  # the float64 reference
+
+    def error(loss):  # the largest relative error against it
+        return ((loss.double() - exact).abs() / exact).max().item()
+
+    print(
+        f"  the loss as a reduction: {1e3 * reduced:.3f} ms against {1e3 * now:.3f} as a product "
+        f"({now / reduced:.2f}x); largest relative error against float64 "
+        f"{error(torch.linalg.vecdot(flat, flat)):.1e} against "
+        f"{error(torch.bmm(flat.unsqueeze(1), flat.unsqueeze(2)).flatten()):.1e}"
+    )
+    stocked = SparseUniform(model.seeds, features, 1 - args.density, prefetch=8)
+    running = list(range(args.models))
+    eight = timed(device, 8 * max(1, args.steps // 8), lambda: stocked.sample(BATCH, running))
+    print(
+        f"  batches drawn 8 at a time: {1e3 * eight:.3f} ms per step against "
+        f"{1e3 * parts['batch']:.3f} as the stock budget draws them "
+        f"({parts['batch'] / eight:.2f}x)"
+    )
 
 
 if __name__ == "__main__":

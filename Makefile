@@ -9,6 +9,8 @@
 #                                    (two files); installs the wheels in .whl first, if any;
 #                                    PARTS="05_persian_rug:12 ..." runs those parts instead
 # make wheels-gpu                    download those wheels into .whl (here, where PyPI is)
+# make gpu-checks OUT=dir            on a lent GPU machine, after paper-gpu: the unit tests on
+#                                    the device and chapter 5's grid step, logged into OUT
 # make test                          the whole test suite, chapters run in the `ci` profile
 #                                    (installs Debian's Chromium first if missing)
 # make check                         unit tests and style only (the inner loop)
@@ -25,7 +27,7 @@ SYSTEM_PYTHON ?= python3
 # The installed marker is rebuilt whenever the pins or the package metadata change.
 INSTALLED := $(VENV)/.installed
 
-.PHONY: book test check lab benchmark clean clean-cache test-system paper-gpu wheels-gpu
+.PHONY: book test check lab benchmark clean clean-cache test-system paper-gpu wheels-gpu gpu-checks
 
 # Refuse an unknown profile before any work, installing included.
 ifneq ($(words $(PROFILE)),1)
@@ -60,13 +62,33 @@ GPU_SITE := /tmp/toycore-site
 # tf32: chapter 5's products on the tensor cores (no verdict of its cpu profile moved with them,
 # benchmarks/tf32_verdicts.py); the other chapters run in float32 (toycore.book.paper)
 MATMUL ?= tf32
+INSTALL_WHEELS := if [ -d $(WHEELS) ]; then python3 -m pip install --quiet --no-index --no-deps \
+	--no-compile --no-cache-dir --upgrade --target $(GPU_SITE) $(WHEELS)/*.whl; fi
+GPU_ENV := PYTHONPATH=$(GPU_SITE):$(CURDIR) PYTHONUNBUFFERED=1
 paper-gpu:
 	@test -n "$(BUDGET)" -a -n "$(OUT)" || { echo "make paper-gpu needs BUDGET=<seconds> OUT=<folder>" >&2; exit 1; }
-	@if [ -d $(WHEELS) ]; then python3 -m pip install --quiet --no-index --no-deps --no-compile \
-		--no-cache-dir --upgrade --target $(GPU_SITE) $(WHEELS)/*.whl; fi
-	PYTHONPATH=$(GPU_SITE):$(CURDIR) PYTHONUNBUFFERED=1 TOYCORE_MATMUL=$(MATMUL) python3 -m \
-		toycore.book.paper --budget $(BUDGET) --out $(OUT) $(if $(DEVICE),--device $(DEVICE)) \
-		$(if $(PARTS),--parts "$(PARTS)")
+	@$(INSTALL_WHEELS)
+	$(GPU_ENV) TOYCORE_MATMUL=$(MATMUL) python3 -m toycore.book.paper --budget $(BUDGET) --out $(OUT) \
+		$(if $(DEVICE),--device $(DEVICE)) $(if $(PARTS),--parts "$(PARTS)")
+
+# The unit tests that run on the device (data, models, training, the chapters' experiments, the
+# result cache), without tests/conftest.py, whose browser and book-build fixtures need
+# Playwright, which the lent machine lacks (so the one test that reads the built book is left
+# out), in float32, then chapter 5's grid step part by part in MATMUL's precision; each into a
+# log in OUT (about 3 minutes).
+GPU_TESTS := tests/test_data_models_train.py tests/test_persian_rug.py \
+	tests/test_polysemantic.py tests/test_hidden_noise.py tests/test_relu.py \
+	tests/test_theory_linear.py tests/test_claims_profiles_cache.py tests/test_scale.py
+gpu-checks:
+	@test -n "$(OUT)" || { echo "make gpu-checks needs OUT=<folder>" >&2; exit 1; }
+	@$(INSTALL_WHEELS)
+	mkdir -p $(OUT)
+	-$(GPU_ENV) TOYCORE_PROFILE=ci TOYCORE_MATMUL=float32 python3 -m pytest -q --noconftest -o addopts="" \
+		-p no:cacheprovider -p no:benchmark -n 14 -k "not dask" $(GPU_TESTS) --deselect \
+		tests/test_scale.py::test_the_intro_shows_the_paper_verdicts_or_says_none_was_recorded \
+		> $(OUT)/gpu-tests.log 2>&1; tail -3 $(OUT)/gpu-tests.log
+	$(GPU_ENV) TOYCORE_MATMUL=$(MATMUL) python3 benchmarks/grid_step.py --features 512 2048 --models 21 \
+		> $(OUT)/grid-step.log 2>&1; grep -E "^ns|step:|as a reduction|8 at a time" $(OUT)/grid-step.log
 
 wheels-gpu: $(INSTALLED)
 	rm -rf $(WHEELS)

@@ -279,7 +279,7 @@ def test_a_part_counts_only_the_settings_its_code_reads(copy, original):
     assert all(a != b for a, b in zip(keys(Code.from_folder(folder))[:2], after[:2]))
 
 
-def test_a_part_reads_a_name_its_if_binds_first_from_that_if_alone():
+def test_a_part_reads_a_name_its_block_binds_first_from_that_block_alone():
     """``if run: s = f(); g(s)`` reads no earlier s: slicing must not pull in an earlier
     section's cell that also binds s (chapter 5's section 11 once ran Figure 2's grids, all of
     its models, because section 6 binds a slope); a branch that reads s before binding it does
@@ -300,6 +300,14 @@ def test_a_part_reads_a_name_its_if_binds_first_from_that_if_alone():
     cells[5] = _cell("code", "run = True\n" + chosen + "else:\n    print(slope)\n")
     code = "\n".join(c["source"] for c in cells_for(cells, [2]) if c["cell_type"] == "code")
     assert "slope = fit(grids)" in code and "grids = train_grids()" in code
+    # a loop's body likewise, in order: bound before it is read, or read before it is bound
+    for body, pulled in (
+        ("slope = fit(k)\n    print(slope)", False),
+        ("print(slope)\n    slope = fit(k)", True),
+    ):
+        cells[5] = _cell("code", f"for k in head:\n    {body}\n")
+        code = "\n".join(c["source"] for c in cells_for(cells, [2]) if c["cell_type"] == "code")
+        assert ("train_grids" in code) == pulled and "head = train()" in code
 
 
 def _git(root, *args):

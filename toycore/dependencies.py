@@ -860,12 +860,20 @@ def _free(statements):
 
 
 def _reads(stmt):
-    """The names one statement reads before binding them itself. An ``if`` is read branch by
-    branch: ``if run: s = f(); g(s)`` does not read an earlier s (taken whole, it would, and
-    slicing would pull in whatever earlier cell last bound s, with all that cell needs)."""
-    if isinstance(stmt, ast.If):
-        return (_uses(stmt.test) - _local(stmt.test)) | _free(stmt.body) | _free(stmt.orelse)
+    """The names one statement reads before binding them itself. A block is read in order:
+    ``if run: s = f(); g(s)`` and ``for k in ks: s = f(k); g(s)`` read no earlier s (taken
+    whole, they would, and slicing would pull in whatever earlier cell last bound s, with all
+    that cell needs); a loop body that reads s before binding it reads the earlier s."""
+    if isinstance(stmt, (ast.If, ast.While)):
+        return _expression_reads(stmt.test) | _free(stmt.body) | _free(stmt.orelse)
+    if isinstance(stmt, (ast.For, ast.AsyncFor)):
+        target = {n.id for n in ast.walk(stmt.target) if isinstance(n, ast.Name)}
+        return _expression_reads(stmt.iter) | (_free(stmt.body) - target) | _free(stmt.orelse)
     return _uses(stmt) - _local(stmt)
+
+
+def _expression_reads(node):
+    return _uses(node) - _local(node)
 
 
 def _uses(stmt):

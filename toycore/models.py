@@ -418,10 +418,12 @@ class UntiedAutoencoder(Instances):
         if self.output == "relu":
             output.clamp_min_(0)
         error = output - x  # y - x
-        # (instances, 1, batch·features) x (instances, batch·features, 1): each instance's sum
-        flat = _m(error.flatten(1))
-        loss = torch.bmm(flat.unsqueeze(1), flat.unsqueeze(2))
-        loss = loss.flatten() * (scale / 2)
+        # each instance's sum of squared errors, as a reduction over (batch·features): written
+        # as a batched product of the errors with themselves it runs as a matrix-vector kernel,
+        # 3 to 4 times slower on a CPU and most of a large model's step on a GPU, and on a CPU
+        # it sums in sequence (relative errors up to 2e-4 at 2^19 terms, against 1e-7)
+        flat = error.flatten(1)
+        loss = torch.linalg.vecdot(flat, flat) * (scale / 2)
         if self.output == "relu":
             # now d loss / d(pre-activation), up to ``scale``: 0 where the ReLU output 0, as
             # autograd's ReLU does it (masked_fill_ with a boolean mask took a third of the

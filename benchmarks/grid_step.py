@@ -5,15 +5,15 @@
 One shard as the chapter trains it on a GPU (``train_group``: every model of one hidden size,
 here ``--models`` of them at nd/ns = ``--ratio``, p = ``--density``), its step taken apart:
 drawing the batch (``SparseUniform.sample``), the forward pass and gradients
-(``UntiedAutoencoder.loss_and_grads``: six batched products and the elementwise passes), and
-Adam (``adam_update``). Each part is timed alone over ``--steps`` steps, the clock read after
-the device has finished, then the whole step; milliseconds per step and per model-step, and the
-rate of the products' arithmetic (2·batch·ns·nd per product and model, five products plus the
-loss's). The shares say what a faster step must cut. Then two cuts it could make, timed beside
-what it does (the loss as a reduction, with each way's error against float64; batches drawn
-eight at a time), and the profiler's operations that took the most device (or CPU) time over a
-few whole steps. ``TOYCORE_MATMUL=tf32`` runs the
-products on a GPU's tensor cores.
+(``UntiedAutoencoder.loss_and_grads``: five batched products, the loss's reduction and the
+elementwise passes), and Adam (``adam_update``). Each part is timed alone over ``--steps``
+steps, the clock read after the device has finished, then the whole step; milliseconds per step
+and per model-step, and the rate of the products' arithmetic (2·batch·ns·nd per product and
+model). The shares say what a faster step must cut. Then two other ways, timed beside what it
+does: the loss as a batched matrix-vector product (the step's way until it became a
+reduction), with each way's error against float64, and batches drawn eight at a time; and the
+profiler's operations that took the most device (or CPU) time over a few whole steps.
+``TOYCORE_MATMUL=tf32`` runs the products on a GPU's tensor cores.
 """
 
 import argparse
@@ -105,7 +105,7 @@ def main():
                 ("whole step", step),
             )
         }
-        flops = 6 * args.models * BATCH * features * hidden  # five products and the loss's
+        flops = 5 * 2 * args.models * BATCH * features * hidden  # five products
         print(f"ns = {features}, nd = {hidden}:")
         for name, seconds_per_step in parts.items():
             share = seconds_per_step / parts["whole step"]
@@ -132,16 +132,16 @@ def main():
 
 
 def alternatives(device, args, model, live, x, features, parts):
-    """Two cuts the step could make, timed beside what it does now, in the same run (neither is
-    in the training code: each would change its numbers, and every record with them): the loss
-    as a reduction instead of a batched matrix-vector product, and the batches drawn eight at a
-    time per generator call instead of as the stock budget allows."""
+    """Two other ways of the step, timed beside what it does, in the same run: the loss as the
+    batched matrix-vector product it was before it became a reduction, and the batches drawn
+    eight at a time per generator call instead of as the stock budget allows (either changes
+    the numbers, and every record of chapter 5 with them)."""
     with torch.no_grad():
         output = torch.baddbmm(
             live["b"].unsqueeze(-2), torch.bmm(x, live["W_in"].mT), live["W_out"].mT
         ).clamp_min_(0)
         flat = (output - x).flatten(1)  # (models, batch·features), the errors
-    now = timed(device, args.steps, lambda: torch.bmm(flat.unsqueeze(1), flat.unsqueeze(2)))
+    product = timed(device, args.steps, lambda: torch.bmm(flat.unsqueeze(1), flat.unsqueeze(2)))
     reduced = timed(device, args.steps, lambda: torch.linalg.vecdot(flat, flat))
     exact = torch.linalg.vecdot(flat.double(), flat.double())  # the float64 reference
 
@@ -149,8 +149,8 @@ def alternatives(device, args, model, live, x, features, parts):
         return ((loss.double() - exact).abs() / exact).max().item()
 
     print(
-        f"  the loss as a reduction: {1e3 * reduced:.3f} ms against {1e3 * now:.3f} as a product "
-        f"({now / reduced:.2f}x); largest relative error against float64 "
+        f"  the loss as a reduction: {1e3 * reduced:.3f} ms against {1e3 * product:.3f} as a "
+        f"product ({product / reduced:.2f}x); largest relative error against float64 "
         f"{error(torch.linalg.vecdot(flat, flat)):.1e} against "
         f"{error(torch.bmm(flat.unsqueeze(1), flat.unsqueeze(2)).flatten()):.1e}"
     )

@@ -51,9 +51,9 @@ from .config import select_chapters
 # the stopping rule's test (77 s on an H100, 89 s on an H200: first, so that a change to the
 # training code that leaves it stale costs the next lent GPU little), the headline past the
 # texts' sizes (the texts' sweep again, then three models at ns = 4096; some minutes, an
-# estimate), then chapter 5's grids, which have never
-# run at those sizes (a CPU would take days; on a GPU, ns = 2048 alone is about 13 minutes by an
-# estimate, more than a lent GPU's budget), then what reads them, then the rest.
+# estimate), then chapter 5's grids, which have never run at those sizes (a CPU would take days;
+# on a GPU, ns = 2048 alone is about 13 minutes by an estimate, more than a lent GPU's budget),
+# then what reads them, then the rest.
 PLAN = (
     ("05_persian_rug", [12]),  # the stopping rule: early-stopped models trained on (ours)
     ("05_persian_rug", [11]),  # the headline past the texts' sizes (ours)

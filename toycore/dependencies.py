@@ -869,10 +869,11 @@ def _reads(stmt):
     if isinstance(stmt, (ast.For, ast.AsyncFor)):
         target = {n.id for n in ast.walk(stmt.target) if isinstance(n, ast.Name)}
         return _expression_reads(stmt.iter) | (_free(stmt.body) - target) | _free(stmt.orelse)
-    return _uses(stmt) - _local(stmt)
+    return _expression_reads(stmt)
 
 
 def _expression_reads(node):
+    """The names a node reads, less those it binds for its own use (loop variables and the like)."""
     return _uses(node) - _local(node)
 
 

@@ -172,7 +172,7 @@ def run(
             began = time.time()
             progress_log.unlink(missing_ok=True)
             outcome = _run_part(
-                chapter, sections, profile, device, folder, deadline, process_log, log
+                chapter, sections, profile, device, folder, deadline, process_log, progress_log, log
             )
         outcomes[name] = outcome
         lines.append(f"{name}: {outcome}")
@@ -250,10 +250,9 @@ def precision_for(chapter, asked=None):
     return asked if chapter in TF32_CHAPTERS else "float32"
 
 
-def _run_part(chapter, sections, profile, device, folder, deadline, process_log, log):
+def _run_part(chapter, sections, profile, device, folder, deadline, process_log, progress_log, log):
     """One part in a process of its own, stopped at ``deadline``: its outcome in words. Its
-    progress bars are logged to PROGRESS_FILE beside ``process_log``."""
-    progress_log = process_log.with_name(PROGRESS_FILE)
+    output goes to ``process_log``, its progress bars to ``progress_log``."""
     command = [
         sys.executable,
         "-m",

@@ -309,6 +309,25 @@ def test_ctrl_c_while_the_shard_cluster_starts_ends_the_build_in_one_line(tmp_pa
     assert not (tmp_path / "build" / "source" / "chapters" / notebook.name).exists()
 
 
+def test_the_shard_workers_killed_at_the_builds_end_are_not_restarted(tmp_path):
+    """Dask's nanny restarts a worker whose process dies; one restarted after the build killed
+    the workers found its scheduler closed under it and logged a traceback to the build's
+    stderr (a flaky Ctrl-C test, on a busy machine)."""
+    from distributed.core import Status
+
+    from toycore import shards
+
+    with shards.local_cluster(1) as cluster:
+        (nanny,) = cluster.workers.values()
+        killed = nanny.pid
+        execute._kill_shard_workers(cluster)
+        deadline = time.time() + 60
+        while nanny.status != Status.closed and time.time() < deadline:
+            assert nanny.pid in (None, killed), "the nanny restarted its worker"
+            time.sleep(0.05)
+        assert nanny.status == Status.closed
+
+
 def test_a_chapter_process_that_dies_fails_the_build_in_one_line_naming_chapter_and_cell(tmp_path):
     import subprocess
     import sys

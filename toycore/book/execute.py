@@ -311,9 +311,12 @@ def _kill_shard_workers(cluster):
     """When the chapters are done, or after Ctrl-C: kill the shard workers at once, with Dask's
     warnings about their ends kept out of the log. Closing the cluster would wait for them: for
     a shard in flight after Ctrl-C, lost either way, each worker logging its cancelled task; and
-    on a busy machine even idle workers outlast Dask's 4 s and are killed with a warning."""
+    on a busy machine even idle workers outlast Dask's 4 s and are killed with a warning. Each
+    nanny is told first that its worker's end is wanted: it would start a new one, which then
+    logged its lost scheduler to the build's stderr."""
     logging.getLogger("distributed").setLevel(logging.ERROR)
     for nanny in cluster.workers.values():
+        nanny.close_gracefully(reason="the build ended")
         with contextlib.suppress(OSError, TypeError):
             os.kill(nanny.pid, signal.SIGKILL)
 

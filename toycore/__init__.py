@@ -9,3 +9,7 @@ cluster, `cache` keeps every result, and `records` keeps the paper profile's ver
 __version__ = "0.1.0"
 # First, before any computing module: the cache reads the source of the code this process runs.
 from . import cache  # noqa: E402,F401
+from .allocator import keep_freed_memory  # noqa: E402
+
+# Before any training: freed memory stays with the process for the next step's temporaries.
+keep_freed_memory()

@@ -52,6 +52,7 @@ from pathlib import Path
 PACKAGE_NAME = "toycore"
 # Modules whose code cannot change a number (prefixes of dotted names).
 NEUTRAL = (
+    "toycore.allocator",
     "toycore.cache",
     "toycore.dependencies",
     "toycore.shards",

@@ -138,6 +138,7 @@ lab: $(INSTALLED)
 
 benchmark: $(INSTALLED)
 	$(PYTHON) benchmarks/tied_step.py
+	$(PYTHON) benchmarks/allocator.py
 	$(PYTHON) benchmarks/rug_grid.py
 	$(PYTHON) benchmarks/dask_sweep.py
 

@@ -177,3 +177,22 @@ def test_train_rejects_bad_input_before_training(kwargs, message):
     with pytest.raises(ValueError, match=message):
         train(model, SparseUniform([0], 4, 0.5).sample(8), **options)
     assert torch.equal(model.W.detach(), before)
+
+
+@pytest.mark.skipif(
+    __import__("platform").libc_ver()[0] != "glibc", reason="the allocator's options are glibc's"
+)
+def test_a_training_step_reuses_its_freed_memory_without_page_faults():
+    """Chapter 3's tied step at n = 64, m = 1024, 16 models, in a fresh process: its
+    temporaries are 4 MB (1,024 pages) each. With glibc's defaults most processes fault in
+    fresh pages every step, some never (``benchmarks/allocator.py`` shows both)."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    benchmark = Path(__file__).parents[1] / "benchmarks" / "allocator.py"
+    command = [sys.executable, str(benchmark), "--one-run", "--warmup=20", "--steps=50"]
+    out = subprocess.run(command, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["faults"] < 16, out.stdout

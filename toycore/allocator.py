@@ -11,11 +11,13 @@ first touch: chapter 3's n = 64, m = 1024 shard took 2,000 page faults a step an
 blocks up to ``HEAP_BLOCKS`` come from the heap rather than from mmap (the most glibc allows,
 the adaptive threshold's own ceiling), and a trim leaves ``KEPT_FREE`` of free heap in place.
 Allocation changes no number: it decides where a tensor lives, not what is computed. Elsewhere
-than glibc (macOS, musl) nothing is set.
+than glibc (macOS, musl) nothing is set, nor where ``$TOYCORE_KEEP_FREED_MEMORY`` is 0 (to
+measure what the options save: ``benchmarks/allocator.py``).
 """
 
 import ctypes
 import ctypes.util
+import os
 import platform
 
 M_TOP_PAD = -2  # glibc's malloc.h
@@ -26,7 +28,7 @@ KEPT_FREE = 64 << 20  # bytes: several steps' temporaries at the book's sizes
 
 def keep_freed_memory():
     """Set the two options if this process runs on glibc; True if glibc accepted both."""
-    if platform.libc_ver()[0] != "glibc":
+    if platform.libc_ver()[0] != "glibc" or os.environ.get("TOYCORE_KEEP_FREED_MEMORY") == "0":
         return False
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c"))

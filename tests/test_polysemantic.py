@@ -238,3 +238,17 @@ def test_phases_compare_the_slope_with_the_law_and_check_the_balance():
     assert -1 < phases.law_slope[0] < -0.5
     assert phases.quasi_static[0] < 0.1  # 1 - |w|² ≈ λ|w|_1/|w|² once the fast phase is over
     assert 1 <= phases.proxy[0] <= phases.proxy[1]
+
+
+def test_the_untied_model_on_the_basis_skips_the_identity_product_bit_for_bit():
+    """On the basis the activations are E itself; the same model handed the identity as its
+    inputs computes them as a product. Loss and gradients agree exactly, with the l1 term."""
+    basis = ex.UntiedBasisAutoencoder(12, 20, [0, 1, 2], 0.01)
+    product = ex.UntiedBasisAutoencoder(12, 20, [0, 1, 2], 0.01, inputs=torch.eye(12))
+    assert basis.basis and not product.basis
+    results = []
+    for model in (basis, product):
+        loss = model.loss()
+        results.append([loss, *torch.autograd.grad(loss.sum(), [model.E, model.D])])
+    for ours, reference in zip(*results):
+        assert torch.equal(ours, reference)

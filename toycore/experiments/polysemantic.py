@@ -663,6 +663,7 @@ class UntiedBasisAutoencoder(Instances):
         self.l1 = float(check_range("l1", l1, 0))
         device = _device(device)
         E, D = _normal(self.seeds, [(features, hidden)] * 2, hidden**-0.5, DTYPE, device)
+        self.basis = inputs is None
         inputs = torch.eye(features, dtype=DTYPE) if inputs is None else inputs
         self.register_buffer("inputs", torch.as_tensor(inputs, dtype=DTYPE).to(device))
         self.E = nn.Parameter(E)
@@ -675,7 +676,9 @@ class UntiedBasisAutoencoder(Instances):
 
     def loss(self):
         """The summed squared error over the n inputs plus the penalty: (instances,)."""
-        hidden = self.inputs @ self.E  # (instances, n, m): row i is the activations on x_i
+        # (instances, n, m): row i is the activations on x_i; on the basis, E itself (the product
+        # with the identity gives E exactly, and its gradient too: a third of the step's products)
+        hidden = self.E if self.basis else self.inputs @ self.E
         error = torch.relu(hidden @ self.D.transpose(-1, -2))  # (instances, inputs, outputs)
         error = error - torch.eye(self.features, dtype=DTYPE, device=error.device)
         penalty = hidden.abs().sum((-2, -1)) + self.D.abs().sum((-2, -1))

@@ -54,15 +54,16 @@ def test_the_wheel_installs_with_its_book_extra_into_a_fresh_venv(tmp_path):
             python,
             "-c",
             # dask.distributed: the build's local cluster of shard workers (--jobs > 1)
-            "import toycore, toycore.experiments.persian_rug, toycore.shards as s; "
+            "import pathlib, toycore, toycore.experiments.persian_rug, toycore.shards; "
             "import dask.distributed; "
-            "print(toycore.__file__, (s.WORKER_CONFIG / 'workers.yaml').is_file())",
+            "script = pathlib.Path(toycore.__file__).parent / 'inpage.js'; "
+            "print(toycore.__file__, script.is_file())",
         ],
         **run,
     )
     assert imported.returncode == 0, imported.stderr
-    where, has_config = imported.stdout.split()
-    assert where.startswith(str(venv)) and has_config == "True"
+    where, has_script = imported.stdout.split()
+    assert where.startswith(str(venv)) and has_script == "True"
     # In the book's folder (here, a chapter's folder below it, as a chapter's kernel runs), the
     # installed toycore finds the book: it lists the clone's chapters. Elsewhere it says why not.
     in_clone = subprocess.run(

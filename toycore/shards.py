@@ -17,8 +17,6 @@ or kernel) loses only the shards in flight, and running it again computes only t
 
 import functools
 import os
-import warnings
-from pathlib import Path
 
 from joblib import Parallel, delayed, parallel_config
 
@@ -37,39 +35,26 @@ def scheduler():
     return address or None
 
 
-# Dask settings for workers (DASK_CONFIG=toycore/dask on a worker machine); workers.yaml says
-# why they matter. A worker started without them says so (_compute).
-WORKER_CONFIG = Path(__file__).parent / "dask"
-
-
 def local_cluster(workers, threads=1):
     """A Dask cluster of ``workers`` processes on this machine, one task at a time each, torch
-    on ``threads`` threads, with WORKER_CONFIG (a context manager; ``.scheduler_address``)."""
-    import dask
+    on ``threads`` threads (a context manager; ``.scheduler_address``). Dask's nanny starts each
+    worker with ``MALLOC_TRIM_THRESHOLD_`` set, which on its own made torch's steps 2.2x slower
+    there; toycore's allocator options, set when a worker imports it, make it harmless."""
     from dask.distributed import LocalCluster
 
-    def dotted(tree, prefix=""):  # dask.config.set would replace a nested dict's whole subtree
-        for key, value in tree.items():
-            if isinstance(value, dict):
-                yield from dotted(value, f"{prefix}{key}.")
-            else:
-                yield f"{prefix}{key}", value
-
-    settings = dict(dotted(dask.config.collect([str(WORKER_CONFIG)], env={})))
-    with dask.config.set(settings):
-        return LocalCluster(
-            n_workers=workers,
-            threads_per_worker=1,
-            processes=True,
-            dashboard_address=":0",  # any free port: no clash, no warning
-            # dask's nanny sets all three to 1, and MKL's wins in torch
-            env={
-                **dict.fromkeys(
-                    ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"), str(threads)
-                ),
-                "TOYCORE_PROGRESS": "0",
-            },
-        )
+    return LocalCluster(
+        n_workers=workers,
+        threads_per_worker=1,
+        processes=True,
+        dashboard_address=":0",  # any free port: no clash, no warning
+        # dask's nanny sets all three to 1, and MKL's wins in torch
+        env={
+            **dict.fromkeys(
+                ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"), str(threads)
+            ),
+            "TOYCORE_PROGRESS": "0",
+        },
+    )
 
 
 @functools.lru_cache(maxsize=None)
@@ -85,12 +70,6 @@ def _compute(shard, root, device, key, args, kwargs):
     """Run on whichever process computes the shard: there, with the caller's device and cache.
     ``key``: the caller's cache key, which a Dask worker must share (None: in-process)."""
     devices.use(device)
-    if key and os.environ.get("MALLOC_TRIM_THRESHOLD_"):
-        warnings.warn(
-            "this Dask worker runs with MALLOC_TRIM_THRESHOLD_ set (dask's nanny sets "
-            "it), which made torch 2.6x slower here: start workers with "
-            "DASK_CONFIG=toycore/dask (see the README)"
-        )
     here = key and cache.cache_key(shard.uncached, device)
     if here != key:
         raise RuntimeError(

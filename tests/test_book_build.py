@@ -328,6 +328,35 @@ def test_the_shard_workers_killed_at_the_builds_end_are_not_restarted(tmp_path):
         assert nanny.status == Status.closed
 
 
+def _distributed_log_level():
+    import logging
+
+    return logging.getLogger("distributed").getEffectiveLevel()
+
+
+def test_the_shard_workers_log_nothing_below_critical_a_restarted_one_included():
+    """A worker alive as the cluster closes under it logged its lost scheduler into the build's
+    stderr (Ctrl-C on a busy machine); the workers' own logging is what keeps it out."""
+    import logging
+    import os
+    import signal
+
+    from dask.distributed import Client
+
+    from toycore import shards
+
+    with shards.local_cluster(1) as cluster, Client(cluster.scheduler_address) as client:
+        assert set(client.run(_distributed_log_level).values()) == {logging.CRITICAL}
+        (nanny,) = cluster.workers.values()
+        killed = nanny.pid
+        os.kill(killed, signal.SIGKILL)  # its nanny starts another
+        deadline = time.time() + 60
+        while nanny.pid in (None, killed) and time.time() < deadline:
+            time.sleep(0.1)
+        client.wait_for_workers(1, timeout=60)
+        assert set(client.run(_distributed_log_level).values()) == {logging.CRITICAL}
+
+
 def test_a_chapter_process_that_dies_fails_the_build_in_one_line_naming_chapter_and_cell(tmp_path):
     import subprocess
     import sys

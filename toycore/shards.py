@@ -39,22 +39,30 @@ def local_cluster(workers, threads=1):
     """A Dask cluster of ``workers`` processes on this machine, one task at a time each, torch
     on ``threads`` threads (a context manager; ``.scheduler_address``). Dask's nanny starts each
     worker with ``MALLOC_TRIM_THRESHOLD_`` set, which on its own made torch's steps 2.2x slower
-    there; toycore's allocator options, set when a worker imports it, make it harmless."""
+    there; toycore's allocator options, set when a worker imports it, make it harmless.
+
+    The workers log nothing below CRITICAL: a shard's error reaches its caller as an exception,
+    and a worker still alive as the cluster closes under it (after Ctrl-C, on a busy machine)
+    logged its lost scheduler into the build's stderr. The setting is in the environment a
+    worker starts with (its logging is set up as it imports distributed), restarts included."""
+    import dask
     from dask.distributed import LocalCluster
 
-    return LocalCluster(
-        n_workers=workers,
-        threads_per_worker=1,
-        processes=True,
-        dashboard_address=":0",  # any free port: no clash, no warning
-        # dask's nanny sets all three to 1, and MKL's wins in torch
-        env={
-            **dict.fromkeys(
-                ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"), str(threads)
-            ),
-            "TOYCORE_PROGRESS": "0",
-        },
-    )
+    quiet = {"distributed.nanny.pre-spawn-environ.DASK_LOGGING__DISTRIBUTED": "critical"}
+    with dask.config.set(quiet):
+        return LocalCluster(
+            n_workers=workers,
+            threads_per_worker=1,
+            processes=True,
+            dashboard_address=":0",  # any free port: no clash, no warning
+            # dask's nanny sets all three to 1, and MKL's wins in torch
+            env={
+                **dict.fromkeys(
+                    ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"), str(threads)
+                ),
+                "TOYCORE_PROGRESS": "0",
+            },
+        )
 
 
 @functools.lru_cache(maxsize=None)

@@ -334,6 +334,21 @@ def _distributed_log_level():
     return logging.getLogger("distributed").getEffectiveLevel()
 
 
+def _dask_profiling():
+    import dask
+
+    return dask.config.get("distributed.worker.profile.enabled")
+
+
+def test_the_shard_workers_do_not_profile_themselves():
+    from dask.distributed import Client
+
+    from toycore import shards
+
+    with shards.local_cluster(1) as cluster, Client(cluster.scheduler_address) as client:
+        assert set(client.run(_dask_profiling).values()) == {False}
+
+
 def test_the_shard_workers_log_nothing_below_critical_a_restarted_one_included():
     """A worker alive as the cluster closes under it logged its lost scheduler into the build's
     stderr (Ctrl-C on a busy machine); the workers' own logging is what keeps it out."""

@@ -183,7 +183,11 @@ def test_an_edit_to_chapter_5s_training_stales_its_record_and_results_and_no_oth
     assert stale == ["05_persian_rug", "99_probe"]
     results_before, results_after = _result_keys(original), _result_keys(edited)
     rekeyed = sorted(name for name in results_before if results_before[name] != results_after[name])
-    assert rekeyed == ["toycore.experiments.rug_training.train_group"]
+    # both the runs and the runs trained on from where they stopped
+    assert rekeyed == [
+        "toycore.experiments.rug_training.train_group",
+        "toycore.experiments.rug_training.train_on",
+    ]
     # and the record says what changed, in a short list
     probe = notebook_dependencies(original, probe_cells(), "paper")
     now = notebook_dependencies(edited, probe_cells(), "paper")

@@ -12,6 +12,7 @@ import torch
 from toycore import devices
 from toycore.data import SparseUniform
 from toycore.experiments import persian_rug as ex
+from toycore.experiments import rug_training as rt
 from toycore.models import UntiedAutoencoder
 from toycore.theory import persian_rug as th
 from toycore.train import stopped, train_until_converged
@@ -246,6 +247,35 @@ def test_grid_training_equals_separate_training_for_the_same_seeds():
         assert torch.all(model.W_in[k, h:] == 0) and torch.all(model.W_out[k, :, h:] == 0)
 
 
+def test_a_shards_models_are_bit_for_bit_the_same_however_many_share_its_batch():
+    # shard_plan sizes a CPU's shards for speed alone: that must change no number
+    densities, seeds = [0.01, 0.05, 0.2, 0.5], [3, 4, 5, 6]
+    together = rt.train_group.uncached(32, densities, 8, seeds, steps=90)
+    for pair in ([0, 1], [2, 3]):
+        apart = rt.train_group.uncached(
+            32, [densities[k] for k in pair], 8, [seeds[k] for k in pair], steps=90
+        )
+        for name in ("W", "b", "loss", "loss_se"):
+            assert np.array_equal(getattr(apart, name), getattr(together, name)[pair])
+        assert all(np.array_equal(together.curves[k], c) for k, c in zip(pair, apart.curves))
+
+
+def test_a_model_trained_on_from_its_state_is_the_run_that_never_stopped():
+    # a model stopped at 65 steps (within a stock of prefetched batches), then trained on to
+    # 140, against its uninterrupted run, at a sparse and a dense p
+    for p, seed in [(0.05, 1), (0.3, 2)]:
+        first = rt.train_group.uncached(48, [p], 12, [seed], steps=65, keep_state=True)
+        assert first.states[0]["data"][1] is not None  # batches left in stock
+        uninterrupted = rt.train_group.uncached(48, [p], 12, [seed], steps=140)
+        on = rt.train_on.uncached(first.states[0], steps=140)
+        for name in ("W", "b", "loss", "loss_se", "steps"):
+            assert np.array_equal(getattr(on, name), getattr(uninterrupted, name))
+        whole = np.concatenate([first.curves[0], on.curves[0]])
+        assert np.array_equal(whole, uninterrupted.curves[0])
+    with pytest.raises(ValueError, match="steps must be an integer >= 66"):
+        rt.train_on.uncached(first.states[0], steps=65)
+
+
 def test_the_update_is_torch_adams_and_the_stopping_rule_is_the_texts():
     model = UntiedAutoencoder(16, 4, [3], dtype=torch.float64)
     reference = UntiedAutoencoder(16, 4, [3], dtype=torch.float64)
@@ -282,6 +312,15 @@ def test_bad_input_is_refused_before_any_work():
         train_until_converged(model, data, lr=0.0, batch=8, desc=None)
     with pytest.raises(ValueError, match="max_steps must be an integer >= 400"):
         train_until_converged(model, data, lr=0.1, batch=8, max_steps=100, desc=None)
+    with pytest.raises(ValueError, match="start goes on with a run for fixed steps"):
+        train_until_converged(model, data, lr=0.1, batch=8, start=({}, 10), desc=None)
+    with pytest.raises(ValueError, match="a state of 2 streams for 1 instances"):
+        data.restore(SparseUniform([0, 1], 8, 0.9).state())
+    with pytest.raises(ValueError, match="holds 1 batches of 8 features; this stream prefetches"):
+        stocked = SparseUniform([0], 8, 0.9, prefetch=2)
+        stocked.sample(4)
+        SparseUniform([0], 8, 0.9, prefetch=2).restore(stocked.state())  # fine
+        SparseUniform([0], 9, 0.9).restore(stocked.state())
     with pytest.raises(ValueError, match=r"the ratio nd/ns must be finite and in \(0, 1\]"):
         th.rug_loss(0.1, 1.5)
     with pytest.raises(ValueError, match=r"p must be finite and in \(0, 1\]"):
@@ -447,21 +486,23 @@ def test_the_trend_past_the_texts_sizes_joins_two_sweeps_and_reads_its_slope():
     assert ex.trend_words([], "beyond.trend") == "was not recorded"
 
 
-def test_the_stopping_rule_test_retraces_early_runs_and_trains_them_on(tmp_path, monkeypatch):
+def test_the_stopping_rule_test_trains_early_runs_on_from_where_they_stopped(tmp_path, monkeypatch):
     monkeypatch.setenv("TOYCORE_CACHE", str(tmp_path))  # computed afresh, not served
     seeds = [0, 1, 2]
     sweep = ex.size_sweep([32], 0.1, 0.25, seeds)
     steps = sweep[32].steps
     assert sweep[32].converged.all() and len(set(steps)) == 3  # one stops before the median
-    horizon = ex.horizon_runs(sweep, 0.1, 0.25, seeds)
-    assert horizon.horizon.tolist() == [int(np.median(steps))]
-    early = steps < np.median(steps)
+    horizon = ex.horizon_runs(sweep, 0.1, 0.25)
+    median = int(np.median(steps))
+    assert horizon.horizon.tolist() == [median]
+    early = steps < median
     assert horizon.early[0].tolist() == early.tolist()
-    # trained alone, as the sweep trained it, an early model retraces its run exactly
-    assert np.all(horizon.retraced[0][early] == 0) and np.isnan(horizon.retraced[0][~early]).all()
-    # the others keep their own loss; the early one is trained on, so its loss is a new one
+    # the others keep their own loss; the early one is trained on, so its loss is a new one:
+    # bit for bit that of its run had the rule not stopped it
     assert np.array_equal(horizon.at_horizon[0][~early], sweep[32].loss[~early])
-    assert np.all(horizon.at_horizon[0][early] != sweep[32].loss[early])
+    (k,) = np.nonzero(early)[0]
+    uninterrupted = rt.train_group.uncached(32, [0.1], 8, [seeds[k]], steps=median)
+    assert horizon.at_horizon[0][k] == uninterrupted.loss[0] != sweep[32].loss[k]
     assert np.array_equal(horizon.at_stop[0], sweep[32].loss)
     # the headline's verdict per size: within 5% of 1 or not, capped models left out
     rug = horizon.rug

@@ -92,6 +92,43 @@ class SparseUniform:
         # instance's batch is a view of it; several are stacked (a copy) into one tensor.
         return batches[0].unsqueeze(0) if len(batches) == 1 else torch.stack(batches)
 
+    def state(self):
+        """Where each instance's stream stands, on the host: its generator's state and the
+        batches of its stock not yet handed out ((left, batch, features), or None), for
+        ``restore``."""
+        return [
+            (
+                generator.get_state().numpy(),
+                self._stock[i][self.prefetch - self._left[i] :].cpu().numpy()
+                if self._left[i]
+                else None,
+            )
+            for i, generator in enumerate(self.generators)
+        ]
+
+    def restore(self, state):
+        """Put each instance's stream where ``state()`` of a stream with the same seeds,
+        purpose, features, sparsity and prefetch found it: the batches that stream would have
+        handed out next come next here."""
+        if len(state) != len(self.seeds):
+            raise ValueError(f"a state of {len(state)} streams for {len(self.seeds)} instances")
+        for i, (generator_state, left) in enumerate(state):
+            if left is not None and (len(left) > self.prefetch or left.shape[-1] != self.features):
+                raise ValueError(
+                    f"stream {i}'s state holds {len(left)} batches of {left.shape[-1]} "
+                    f"features; this stream prefetches {self.prefetch} of {self.features}"
+                )
+        for i, (generator_state, left) in enumerate(state):
+            self.generators[i].set_state(torch.as_tensor(generator_state))
+            if left is None:
+                self._stock[i], self._left[i] = None, 0
+            else:  # the stock's last batches, where ``sample`` reads them
+                stock = torch.empty(
+                    (self.prefetch, *left.shape[1:]), device=self.device, dtype=self.dtype
+                )
+                stock[self.prefetch - len(left) :] = torch.as_tensor(left)
+                self._stock[i], self._left[i] = stock, len(left)
+
 
 def prefetch_for(instances, batch, features, device=None):
     """A ``prefetch`` for SparseUniform that keeps the stock of all instances within a budget of

@@ -136,12 +136,22 @@ def train(
 
 
 @dataclass
+class AdamMoments:
+    """Adam's moments of every parameter, by name, each (instances, ...) like the parameter:
+    with the weights and the steps taken, what a run needs to go on where it stopped."""
+
+    first: dict
+    second: dict
+
+
+@dataclass
 class ConvergedRun:
     """What ``train_until_converged`` did, per instance."""
 
-    steps: np.ndarray  # (instances,) steps each instance took
+    steps: np.ndarray  # (instances,) steps each instance took, those before ``start`` included
     converged: np.ndarray  # (instances,) whether its stopping rule fired (else it hit the cap)
-    loss: list  # per instance, its training loss at every step it took
+    loss: list  # per instance, its training loss at every step it took in this run
+    moments: AdamMoments  # each instance's moments where it stopped
 
 
 def stopped(losses, window):
@@ -181,6 +191,7 @@ def train_until_converged(
     steps=None,
     betas=(0.9, 0.999),
     eps=1e-7,
+    start=None,
     desc="training",
 ):
     """Adam on every instance until its own stopping rule fires (``steps=N``: exactly N steps).
@@ -191,6 +202,11 @@ def train_until_converged(
     stopped leave the batch, so the others no longer pay for them: the live parameters and
     Adam's moments are gathered for the running instances and written back when one stops.
     The update is torch.optim.Adam's, elementwise, so each instance trains exactly as alone.
+
+    ``start=(moments, taken)`` goes on with a run that stopped after ``taken`` steps (every
+    instance's the same) to ``steps`` in all, from its ``AdamMoments`` and the model's weights
+    as it left them, ``data`` standing where its stream stood: bit for bit the run that had not
+    stopped.
     """
     names = [name for name, _ in model.named_parameters()]
     storage = {name: param.detach() for name, param in model.named_parameters()}
@@ -207,13 +223,24 @@ def train_until_converged(
         check_size("window", window)
         check_size("max_steps", max_steps, minimum=2 * window)
     cap = steps if steps is not None else max_steps
-    first_moment = {name: torch.zeros_like(t) for name, t in storage.items()}
-    second_moment = {name: torch.zeros_like(t) for name, t in storage.items()}
+    if start is None:
+        first_moment = {name: torch.zeros_like(t) for name, t in storage.items()}
+        second_moment = {name: torch.zeros_like(t) for name, t in storage.items()}
+        started = 0
+    else:  # the rule would see only this run's losses, so a run goes on for fixed steps
+        if steps is None:
+            raise ValueError("start goes on with a run for fixed steps: pass steps=")
+        moments, started = start
+        first_moment, second_moment = (
+            {name: torch.as_tensor(given[name]).to(t).clone() for name, t in storage.items()}
+            for given in (moments.first, moments.second)
+        )
+        check_size("the steps taken before start", started, minimum=1, maximum=cap - 1)
     history = [[] for _ in range(instances)]
     converged = np.zeros(instances, dtype=bool)
     running = list(range(instances))
-    taken = 0
-    bar = progress_bar(cap, desc)
+    taken = started
+    bar = progress_bar(cap - started, desc)
     while running:
         index = torch.tensor(running, device=device)
         live = {name: storage[name][index] for name in names}
@@ -236,7 +263,7 @@ def train_until_converged(
                 for k, values in zip(running, torch.stack(pending, 1).tolist()):
                     if not np.all(np.isfinite(values)):
                         bar.close()
-                        step = len(history[k]) + int(np.argmin(np.isfinite(values)))
+                        step = started + len(history[k]) + int(np.argmin(np.isfinite(values)))
                         settings = dict(lr=float(given_lr[k]), batch=batch, betas=betas, eps=eps)
                         raise diverged(model, k, step, step - 1, settings)
                     history[k].extend(values)
@@ -253,7 +280,8 @@ def train_until_converged(
         running = [k for k in running if k not in finished]
     bar.close()
     return ConvergedRun(
-        steps=np.array([len(h) for h in history]),
+        steps=np.array([started + len(h) for h in history]),
         converged=converged,
         loss=[np.array(h) for h in history],
+        moments=AdamMoments(first_moment, second_moment),
     )

@@ -26,8 +26,8 @@ from .rug_training import (
     EVAL_SAMPLES,
     Models,
     hidden_size,
-    train_group,
     train_models,
+    train_on,
 )
 
 
@@ -116,7 +116,8 @@ class SweepPoint(Models):
 def size_sweep(sizes, density, ratio, seeds, *, max_steps=45_000):
     """Figure 3 and beyond the text: the same (p, ratio) at growing ns, one shard per ns and
     seed (a large ns costs the most and gains nothing from batching its few seeds, so its
-    seeds may run side by side). Returns {ns: SweepPoint}."""
+    seeds may run side by side), each model's ``training_states`` kept (``horizon_runs`` trains
+    some on). Returns {ns: SweepPoint}."""
     seeds = check_seeds(seeds)
     jobs = [
         (features, [density], [hidden_size(features, ratio)], [seed])
@@ -125,7 +126,10 @@ def size_sweep(sizes, density, ratio, seeds, *, max_steps=45_000):
     ]
     runs = iter(
         train_models(
-            jobs, max_steps=max_steps, desc=f"{len(seeds)} models at each ns in {list(sizes)}"
+            jobs,
+            max_steps=max_steps,
+            keep_state=True,
+            desc=f"{len(seeds)} models at each ns in {list(sizes)}",
         )
     )
     sweep = {}
@@ -138,6 +142,7 @@ def size_sweep(sizes, density, ratio, seeds, *, max_steps=45_000):
                 name: np.concatenate([getattr(part, name) for part in parts])
                 for name in ("W", "b", "loss", "loss_se", "steps", "converged")
             },
+            states=[state for part in parts for state in part.states],
             curves=np.concatenate(
                 [
                     np.pad(
@@ -603,8 +608,8 @@ HEADLINE_TOLERANCE = 0.05
 @dataclass(frozen=True)
 class Horizon:
     """The stopping rule put to the test on a size sweep (N sizes, S seeds): each model the rule
-    stopped before its size's median step count, trained again from the same start on the same
-    data for that many steps."""
+    stopped before its size's median step count, trained on from where it stopped to that many
+    steps, on the data its run would have had next."""
 
     sizes: np.ndarray  # (N,) ns
     horizon: np.ndarray  # (N,) the median steps of the models the rule stopped, at each ns
@@ -612,16 +617,12 @@ class Horizon:
     at_stop: np.ndarray  # (N, S) loss on fresh data where the rule stopped (NaN: capped)
     at_horizon: np.ndarray  # (N, S) the same with at least the horizon's steps: an early
     # model's loss trained on, the others' own
-    retraced: np.ndarray  # (N, S) an early model's mean training loss up to where the rule
-    # stopped it, run again, over the first run's, minus 1 (NaN for the others)
     rug: float  # the rug's large-ns loss
 
 
-def horizon_runs(sweep, density, ratio, seeds):
-    """``Horizon`` of a ``size_sweep`` (sweep, density, ratio, seeds as given to it). Each
-    early model is trained alone, as the sweep trained it, so that its run retraces the
-    first one step by step until the rule's stop, then goes on."""
-    seeds = list(check_seeds(seeds))
+def horizon_runs(sweep, density, ratio):
+    """``Horizon`` of a ``size_sweep`` (at ``density`` and ``ratio``, as given to it): each
+    early model goes on from its ``training_states`` (``train_on``), one shard each."""
     sizes = np.array(list(sweep))
     horizon = np.array(
         [
@@ -632,31 +633,20 @@ def horizon_runs(sweep, density, ratio, seeds):
     # (N, S): a model the rule stopped before its size's median
     early = np.array([sweep[n].converged & (sweep[n].steps < h) for n, h in zip(sizes, horizon)])
     places = [(i, k) for i, k in zip(*np.nonzero(early))]
-    calls = [
-        (
-            (int(sizes[i]), [density], hidden_size(int(sizes[i]), ratio), [seeds[k]]),
-            dict(steps=int(horizon[i])),
-        )
-        for i, k in places
-    ]
-    runs = shards.run(train_group, calls, f"{len(calls)} early-stopped models to the median")
+    calls = [((sweep[sizes[i]].states[k],), dict(steps=int(horizon[i]))) for i, k in places]
+    runs = shards.run(train_on, calls, f"{len(calls)} early-stopped models on to the median")
     at_stop = np.array(
         [np.where(sweep[n].converged, sweep[n].loss, np.nan) for n in sizes], dtype=float
     )
-    at_horizon, retraced = at_stop.copy(), np.full(at_stop.shape, np.nan)
+    at_horizon = at_stop.copy()
     for (i, k), run in zip(places, runs):
-        stop = int(sweep[sizes[i]].steps[k])
-        first = sweep[sizes[i]].curves[k][:stop]
-        again = np.asarray(run.curves[0][:stop], dtype=first.dtype)  # as the sweep keeps curves
         at_horizon[i, k] = run.loss[0]
-        retraced[i, k] = again.mean() / first.mean() - 1
     return Horizon(
         sizes=sizes,
         horizon=horizon,
         early=early,
         at_stop=at_stop,
         at_horizon=at_horizon,
-        retraced=retraced,
         rug=th.rug_loss(density, ratio)[0],
     )
 

@@ -247,8 +247,10 @@ def test_grid_training_equals_separate_training_for_the_same_seeds():
         assert torch.all(model.W_in[k, h:] == 0) and torch.all(model.W_out[k, :, h:] == 0)
 
 
-def test_a_shards_models_are_bit_for_bit_the_same_however_many_share_its_batch():
-    # shard_plan sizes a CPU's shards for speed alone: that must change no number
+def test_a_shards_models_are_bit_for_bit_the_same_however_many_share_its_batch(monkeypatch):
+    # shard_plan sizes a CPU's shards for speed alone: that must change no number (a GPU's
+    # shard is every model of one hidden size, whatever their number)
+    monkeypatch.setattr(devices, "_current", torch.device("cpu"))
     densities, seeds = [0.01, 0.05, 0.2, 0.5], [3, 4, 5, 6]
     together = rt.train_group.uncached(32, densities, 8, seeds, steps=90)
     for pair in ([0, 1], [2, 3]):

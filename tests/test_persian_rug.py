@@ -381,7 +381,7 @@ def test_a_fitted_rug_loses_no_more_than_the_large_ns_a_and_b(tmp_path, monkeypa
     # the fit draws its samples on the CPU on every device: measure the formula's a and b on
     # those same samples (a GPU's stream would give others)
     monkeypatch.setattr(devices, "_current", torch.device("cpu"))
-    with_formula, formula = ex.rug_model_loss(512, 0.1, 0.5, samples=4096)
+    ((with_formula, formula),) = ex.rug_model_losses(512, [0.1], 0.5, samples=4096)
     # fitted on other samples than it is measured on: no higher than the formula's a and b give
     assert fitted.loss <= with_formula + 3 * fitted.loss_se
     # p·ns = 51 active features, inside the regime: close to the large-ns loss

@@ -283,28 +283,35 @@ def linear_runs(features, density, ratios, seeds, *, max_steps=45_000):
 
 
 @torch.no_grad()
-def rug_model_loss(features, density, ratio, seed=0, samples=EVAL_SAMPLES):
-    """The Persian rug at finite ns with the large-ns optimal a and b, measured on data.
+def rug_model_losses(features, densities, ratio, seed=0, samples=EVAL_SAMPLES):
+    """The Persian rug at finite ns with the large-ns optimal a and b of each density, measured
+    on data: (densities, 2) of (measured loss, predicted loss).
 
-    The rug's off-diagonal row sums are all equal, so the interference mean μ is the same for
-    every output and the bias is b - a μ. Returns (measured loss, predicted loss)."""
+    The rug depends on ns, nd and the seed alone, so it is built once for every density (at
+    ns = 8192 its construction takes seconds). Its off-diagonal row sums are all equal, so the
+    interference mean μ is the same for every output and the bias is b - a μ."""
     hidden = hidden_size(features, ratio)
-    predicted, a, b = th.rug_loss(density, hidden / features)
     W_in, W_out, _ = th.persian_rug(features, hidden, seed)
-    R = W_out @ W_in
-    mean_interference = density / 2 * (R.sum(1) - 1)
+    # R = W_out W_in's row sums as W_out (W_in 1): a matrix-vector product, not R's ns² entries
+    row_sums = W_out @ W_in.sum(1)  # (ns,)
     device = devices.current()
-    W_in, W_out = (torch.as_tensor(w, device=device) for w in (W_in, a * W_out))
-    bias = torch.as_tensor(b - a * mean_interference, device=device)
-    data = SparseUniform(
-        [seed], features, 1 - density, device=device, dtype=torch.float64, purpose="evaluation"
-    )
-    total = 0.0
-    for _ in range(samples // BATCH):
-        x = data.sample(BATCH)[0]
-        y = torch.relu(x @ W_in.T @ W_out.T + bias)
-        total += (x - y).square().mean().item()
-    return total / (samples // BATCH), predicted
+    W_in, W_out = (torch.as_tensor(w, device=device) for w in (W_in, W_out))
+    measured = []
+    for density in densities:
+        predicted, a, b = th.rug_loss(density, hidden / features)
+        mean_interference = density / 2 * (row_sums - 1)
+        scaled = a * W_out
+        bias = torch.as_tensor(b - a * mean_interference, device=device)
+        data = SparseUniform(
+            [seed], features, 1 - density, device=device, dtype=torch.float64, purpose="evaluation"
+        )
+        total = 0.0
+        for _ in range(samples // BATCH):
+            x = data.sample(BATCH)[0]
+            y = torch.relu(x @ W_in.T @ scaled.T + bias)
+            total += (x - y).square().mean().item()
+        measured.append((total / (samples // BATCH), predicted))
+    return np.array(measured)
 
 
 @dataclass(frozen=True)
@@ -438,8 +445,9 @@ class FiniteRug:
 
 
 def finite_rugs(features, densities, ratios):
-    """``rug_model_loss`` at every (p, ratio): Figure 2's crosses."""
-    measured = np.array([[rug_model_loss(features, p, r) for r in ratios] for p in densities])
+    """``rug_model_losses`` at every (p, ratio): Figure 2's crosses."""
+    # (ratios, densities, 2) -> (densities, ratios, 2)
+    measured = np.array([rug_model_losses(features, densities, r) for r in ratios]).swapaxes(0, 1)
     loss, predicted = measured[..., 0], measured[..., 1]
     return FiniteRug(
         features=features,

@@ -284,6 +284,9 @@ def test_this_builds_rows_stand_beside_the_recorded_ones():
     assert "<td>0.9 ± 0.01</td>" in at_64 and "does not reproduce" in at_64
     assert '<td>0.98 ± 0.01</td><td><span style="color:#1a7f37">reproduces' in at_64
     assert at_2048.startswith("<td>at 2048</td><td>not run</td>")
+    # a build that ran none of the claims still says which profile it is
+    alone = BesideTable([], recorded, "recorded somewhere", profile="cpu")._repr_html_()
+    assert "this build (<code>cpu</code>)" in alone and alone.count("not run") == 2
 
 
 def test_a_tolerance_from_the_seeds_is_the_half_width_of_their_t_interval():

@@ -486,6 +486,15 @@ def test_the_trend_past_the_texts_sizes_joins_two_sweeps_and_reads_its_slope():
     row = dict(id="beyond.trend", measured=slope / error, expected=2.0, outside_regime="")
     assert ex.trend_words([row], "beyond.trend").startswith("closes toward 1")
     assert ex.trend_words([], "beyond.trend") == "was not recorded"
+    # the sentence section 11 glues from a record: each size's ratio, the slope, the verdict
+    row["note"] = (
+        "trained / rug: ns = 1024: 0.810, ns = 4096: 0.905; slope +0.05 ± 0.01 per doubling"
+    )
+    assert ex.beyond_words([row]) == (
+        "trained / rug 0.810 at ns = 1024, 0.905 at ns = 4096; the trend (slope +0.05 ± 0.01 per "
+        f"doubling) closes toward 1, by {slope / error:.1f} standard errors of its slope."
+    )
+    assert ex.beyond_words([]) == "not recorded yet."
 
 
 def test_the_stopping_rule_test_trains_early_runs_on_from_where_they_stopped(tmp_path, monkeypatch):

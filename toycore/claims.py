@@ -310,11 +310,13 @@ class BesideTable:
     each claim, our value and verdict in each. ``recorded``: the paper record's rows (empty when
     none holds these claims), ``source``: one line on where and when they were recorded;
     ``contexts``: every row of the chapter and of its record, where known failures'
-    explanations are found (default: the rows shown)."""
+    explanations are found (default: the rows shown); ``profile``: this build's (default: its
+    rows' own, which a build that ran none of these claims lacks)."""
 
-    def __init__(self, rows, recorded, source, contexts=None):
+    def __init__(self, rows, recorded, source, contexts=None, profile=None):
         self.rows, self.recorded, self.source = rows, recorded, source
         self.contexts = contexts or (rows, recorded)
+        self.profile = profile or (rows[0]["profile"] if rows else "?")
 
     def _cell(self, row, context):
         if row is None:
@@ -328,10 +330,9 @@ class BesideTable:
         here = {row["id"]: row for row in self.rows}
         there = {row["id"]: row for row in self.recorded}
         ids = list(here) + [claim_id for claim_id in there if claim_id not in here]
-        profile = self.rows[0]["profile"] if self.rows else "?"
         head = (
             "<tr><th>claim</th>"
-            f"<th colspan=2>this build (<code>{profile}</code>)</th>"
+            f"<th colspan=2>this build (<code>{self.profile}</code>)</th>"
             "<th colspan=2>the texts' sizes (<code>paper</code>)</th></tr>"
         )
         body = [

@@ -258,7 +258,9 @@ def beside(ledger, *prefixes, folder=None):
     everything = recorded_rows(ledger.chapter, folder=folder)
     recorded = [row for row in everything if row["id"].startswith(prefixes)]
     contexts = (ledger.rows, everything)
-    return BesideTable(rows, recorded, status(ledger.chapter, folder), contexts)
+    return BesideTable(
+        rows, recorded, status(ledger.chapter, folder), contexts, profile=ledger.profile
+    )
 
 
 def part_line(part, changed):

@@ -6,6 +6,7 @@ models' losses against the rug's, their symmetry statistics, the variance bound,
 makeup.
 """
 
+import re
 import warnings
 from dataclasses import dataclass
 
@@ -238,6 +239,20 @@ def trend_words(rows, claim_id="headline.trend"):
     if z <= -row["expected"]:
         return f"moves away from 1, by {-z:.1f} standard errors of its slope"
     return f"shows no clear trend ({z:+.1f} standard errors of its slope)"
+
+
+def beyond_words(rows):
+    """What section 11's trend row (``beyond.trend`` of a ledger or a record) found, as a
+    sentence the prose can quote: trained / rug at each size and whether it closes toward 1."""
+    row = next((row for row in rows if row["id"] == "beyond.trend"), None)
+    if row is None:
+        return "not recorded yet."
+    ratios, _, slope = row["note"].removeprefix("trained / rug: ").partition("; ")
+    # "ns = 128: 0.981, ns = 256: 0.844" -> "0.981 at ns = 128, 0.844 at ns = 256"
+    sizes = ", ".join(
+        f"{ratio} at ns = {n}" for n, ratio in re.findall(r"ns = (\d+): ([^,]+)", ratios)
+    )
+    return f"trained / rug {sizes}; the trend ({slope}) {trend_words(rows, 'beyond.trend')}."
 
 
 def horizon_words(rows):

@@ -341,6 +341,17 @@ def test_symmetry_statistics_and_crossing_on_hand_built_inputs():
         np.var(th.feature_variance(0.1) * np.array([2, 0.25, 2]))
     )
     assert stats["lyapunov"] == pytest.approx(1.0)  # row 2: one off-diagonal entry is all of it
+    # a batch of float32 models (as the grids hold them), each against the definitions
+    rng = np.random.default_rng(0)
+    Ws, bs = rng.normal(size=(2, 3, 6, 6)).astype(np.float32), rng.normal(size=(2, 3, 6))
+    batched = th.symmetry_statistics(Ws, bs, 0.2)
+    for index in np.ndindex(2, 3):
+        off = Ws[index].astype(float) * (1 - np.eye(6))
+        cubes, squares = (np.abs(off) ** 3).sum(1), (off**2).sum(1)
+        assert batched["lyapunov"][index] == pytest.approx((cubes / squares**1.5).max(), rel=1e-12)
+        assert batched["row_variance"][index] == pytest.approx(
+            np.var(th.feature_variance(0.2) * squares), rel=1e-12
+        )
     assert ex.crossing([64, 128, 256], [3.0, 2.0, 1.0], 1.5) == pytest.approx(np.sqrt(128 * 256))
     assert ex.crossing([64, 128], [3.0, 2.0], 1.0) is None
 

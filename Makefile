@@ -3,7 +3,7 @@
 #                                    core) and build the HTML book; with CHAPTERS, execute and
 #                                    record only those (no HTML); SECTIONS=1-3,5 with one
 #                                    chapter executes only those sections (a part of its record)
-# make paper-gpu BUDGET=540 OUT=dir  on a lent GPU machine (no network): the paper profile's
+# make paper-gpu BUDGET=560 OUT=dir  on a lent GPU machine (no network): the paper profile's
 #                                    parts with no current record, most valuable first, within
 #                                    BUDGET seconds, recorded part by part and packed into OUT
 #                                    (two files); installs the wheels in .whl first, if any;

@@ -6,10 +6,13 @@ import json
 import tarfile
 import time
 
+import nbformat
 import pytest
 
 from toycore import progress
 from toycore.book import paper
+from toycore.book.config import select_chapters
+from toycore.dependencies import section_of
 
 PLAN = (("05_persian_rug", [1]), ("05_persian_rug", [9]))  # the construction; the scaling
 
@@ -120,3 +123,21 @@ def test_a_part_s_progress_bars_are_logged_finished_or_where_they_stopped(tmp_pa
     # a finished bar shorter than ``shortest`` is left out, an unfinished one never
     assert [line.strip().split(":")[0] for line in paper.progress_lines(path, 60)] == ["a training"]
     assert paper.progress_lines(tmp_path / "none.log") == []
+
+
+def test_the_plan_records_every_section_that_has_rows_once():
+    """Each chapter is in the plan whole or as parts that hold each of its sections with ledger
+    rows exactly once (a section left out would never be recorded by a lent GPU)."""
+    for notebook in select_chapters(None):
+        parts = [sections for chapter, sections in paper.PLAN if chapter == notebook.stem]
+        if parts == [None]:
+            continue
+        with_rows, section = set(), None
+        for cell in nbformat.read(notebook, as_version=4).cells:
+            if cell.cell_type == "markdown":
+                section = section_of(cell.source) or section
+            elif section and section.isdigit() and "ledger." in cell.source:
+                with_rows.add(int(section))
+        planned = [s for sections in parts for s in sections]
+        assert sorted(planned) == sorted(set(planned)), notebook.stem  # none twice
+        assert with_rows <= set(planned), (notebook.stem, sorted(with_rows - set(planned)))

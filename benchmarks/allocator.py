@@ -18,6 +18,14 @@ import statistics
 import subprocess
 import sys
 
+# A step's temporaries are 4 MB each, 1,024 pages: a step that got even one of them back as
+# fresh pages faults at least that many times (glibc's defaults: about 2,000 a step in most
+# processes). Under a quarter of it means none did. A few dozen stray faults a step can remain
+# (in a Dask worker one of two showed 20 a step once in about ten runs, the other 0); they are
+# not the temporaries.
+TEMPORARY_PAGES = 1024
+REUSED_BOUND = TEMPORARY_PAGES // 4  # faults a step below which no temporary was fresh
+
 
 def one_run(warmup, steps):
     """In this process: time ``steps`` steps after ``warmup`` (the heap grows to what a step
@@ -30,9 +38,8 @@ def one_run(warmup, steps):
     from toycore.models import TiedBasisAutoencoder
     from toycore.train import make_optimizer
 
-    # the faults of the thread that trains (Linux), not of the process: in a Dask worker its
-    # other threads (heartbeats, the event loop) fault too, more the slower a loaded machine
-    # makes the steps
+    # the faults of the thread that trains (Linux), not of the process: in a Dask worker
+    # Dask's other threads fault too, the more the slower a loaded machine makes the steps
     who = getattr(resource, "RUSAGE_THREAD", resource.RUSAGE_SELF)
     torch.set_num_threads(1)
     model = TiedBasisAutoencoder(64, 1024, range(16), 1e-3)

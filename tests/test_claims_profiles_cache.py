@@ -163,7 +163,7 @@ def test_the_findings_list_failures_slips_and_claims_outside_the_regime():
     # at a glance: the counts, each explanation with its claims' values, the unexpected ones
     glance = current.split("## Incidental")[0]
     assert glance.startswith("## At a glance")
-    assert "3 claim(s) do not reproduce in this build, 2 at the texts' sizes" in glance
+    assert "3 claims do not reproduce in this build, 2 at the texts' sizes" in glance
     assert "too few steps (explanation: `law.a`). `law.b` 2 (here)." in glance
     assert "**unexpected** (at the texts' sizes): reproduces: 0.758" in glance
     failing, contradicted, slips, outside_table = current.split("<table")[1:]

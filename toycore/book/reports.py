@@ -237,10 +237,8 @@ def _at_a_glance(name, stems, ledgers, recorded, stale):
                 shown = groups.setdefault((stem, why), {})
                 if row["id"] not in shown or side == 1:  # the texts' sizes where recorded
                     shown[row["id"]] = (label, row)
-    lines = [
-        f"**{name}**: {counted[0]} claim(s) do not reproduce in this build, {counted[1]} at the "
-        "texts' sizes."
-    ]
+    here = f"{counted[0]} claim does not" if counted[0] == 1 else f"{counted[0]} claims do not"
+    lines = [f"**{name}**: {here} reproduce in this build, {counted[1]} at the texts' sizes."]
     for (stem, why), shown in groups.items():
         values = "; ".join(
             f"`{claim_id}` {_short_value(row)} ({label})"

@@ -281,12 +281,18 @@ def test_this_builds_rows_stand_beside_the_recorded_ones():
     html = BesideTable(ledger.rows, recorded, "recorded somewhere")._repr_html_()
     assert "<caption>recorded somewhere</caption>" in html
     at_64, at_2048 = html.split("<tr>")[2:]
-    assert "<td>0.9 ± 0.01</td>" in at_64 and "does not reproduce" in at_64
-    assert '<td>0.98 ± 0.01</td><td><span style="color:#1a7f37">reproduces' in at_64
+    wanted = "<br><small>expected 1 ± 0.05</small></td>"
+    assert f"<td>0.9 ± 0.01{wanted}" in at_64 and "does not reproduce" in at_64
+    assert f'<td>0.98 ± 0.01{wanted}<td><span style="color:#1a7f37">reproduces' in at_64
     assert at_2048.startswith("<td>at 2048</td><td>not run</td>")
+    assert "id=" not in html
     # a build that ran none of the claims still says which profile it is
     alone = BesideTable([], recorded, "recorded somewhere", profile="cpu")._repr_html_()
     assert "this build (<code>cpu</code>)" in alone and alone.count("not run") == 2
+    # a section's own table of its claims carries their anchors, as Ledger.table's does,
+    # for the claims this build ran and those only the record holds
+    anchored = BesideTable(ledger.rows, recorded, "recorded", anchors=True)._repr_html_()
+    assert '<tr id="claim-h-ns64">' in anchored and '<tr id="claim-h-ns2048">' in anchored
 
 
 def test_a_tolerance_from_the_seeds_is_the_half_width_of_their_t_interval():

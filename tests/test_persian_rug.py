@@ -10,6 +10,7 @@ import scipy.linalg
 import torch
 
 from toycore import devices
+from toycore.claims import Ledger
 from toycore.data import SparseUniform
 from toycore.experiments import persian_rug as ex
 from toycore.experiments import rug_training as rt
@@ -506,6 +507,53 @@ def test_the_trend_past_the_texts_sizes_joins_two_sweeps_and_reads_its_slope():
         f"doubling) closes toward 1, by {slope / error:.1f} standard errors of its slope."
     )
     assert ex.beyond_words([]) == "not recorded yet."
+
+
+def test_figure_2_and_figures_4_to_7_in_words_from_a_ledger_or_a_record():
+    ledger = Ledger("05_persian_rug", "paper")
+    ledger.close_to(
+        "fig2.trained_rug",
+        "trained / rug",
+        "s",
+        expected=0,
+        measured=0.488,
+        tolerance=0.05,
+        known_failure="fig2.gaussian",
+        why="not Gaussian",
+        note="ns = 2048; worst: p = 0.05, nd/ns = 0.60",
+    )
+    words = ex.figure2_words(ledger.rows, "none")
+    assert words.startswith("it does not reproduce: trained / rug lies at most 49% from 1")
+    assert "(worst: p = 0.05, nd/ns = 0.60)" in words
+    assert words.endswith("fig2.gaussian was not run")  # its explanation not in these rows
+    ledger.at_least("fig2.gaussian", "prediction", "s", measured=0.99, bound=1)
+    assert ex.figure2_words(ledger.rows, "none").endswith("fig2.gaussian, which tests why, fails")
+    ledger.rows[-1].update(measured=1.0004, passed=True)
+    assert ex.figure2_words(ledger.rows, "none").endswith("which tests why, holds")
+    ledger.rows[0].update(measured=0.03, passed=True)
+    assert ex.figure2_words(ledger.rows, "none").startswith("it reproduces: trained / rug")
+    assert ex.figure2_words([], "not yet recorded") == "not yet recorded"
+
+    for name, figure, slope, error in [("diagonal", 4, -1.6, 0.1), ("bias", 5, 0.1, 0.02)]:
+        ledger.at_most(
+            f"sym.{name}",
+            f"Figure {figure}: falls",
+            "s",
+            measured=slope,
+            bound=-2 * error,
+            spread=error,
+        )
+    fits = [row for row in ledger.rows if row["id"].startswith("sym.")]
+    assert ex.symmetry_words(fits) == (
+        "exponents -1.60 ± 0.10 (Figure 4), +0.10 ± 0.02 (Figure 5): the fall of Figure 5 does "
+        "not hold by this test"
+    )
+    assert ex.symmetry_words(fits[:1]).endswith(": every fall holds")
+    fits[1]["outside_regime"] = "a small grid"
+    assert ex.symmetry_words(fits).endswith(
+        "+0.10 ± 0.02 (Figure 5; outside the text's regime): every fall tested holds"
+    )
+    assert ex.symmetry_words([]) == "not recorded yet"
 
 
 def test_the_stopping_rule_test_trains_early_runs_on_from_where_they_stopped(tmp_path, monkeypatch):

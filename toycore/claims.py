@@ -253,6 +253,28 @@ def anchor(claim_id):
     return "claim-" + claim_id.replace(".", "-")
 
 
+def _expected_columns(row):
+    """A row's expected value and tolerance as the tables write them, e.g. ("1", "± 0.05")
+    or ("≤ 0.1", "—")."""
+    _, expected, tolerance = COMPARISONS[row["compare"]]
+    if row["compare"] in ("le", "ge"):  # a bound; older records kept a tolerance on it
+        shift = row["tolerance"] if row["compare"] == "le" else -row["tolerance"]
+        expected = expected.format(e=_format(row["expected"] + shift))
+    else:
+        expected = expected.format(e=_format(row["expected"]))
+    return expected, tolerance.format(t=row["tolerance"])
+
+
+def _wanted(row):
+    """A row's expected value with its tolerance, in one phrase: "1 ± 0.05", "≤ 0.1"."""
+    expected, tolerance = _expected_columns(row)
+    return expected if tolerance == "—" else f"{expected} {tolerance}"
+
+
+def _row_id(claim_id):
+    return f' id="{anchor(claim_id)}"'
+
+
 class LedgerTable:
     """Rows as the chapters' tables show them; ``anchors``: give each row its HTML id;
     ``note``: a line under the caption (where the texts' sizes stand, ``records.ledger_table``);
@@ -275,14 +297,8 @@ class LedgerTable:
                 measured += f" ± {_format(r['spread'])}"
             verdict = verdict_html(r, self.context)
             note = f"<br><small>{html.escape(r['note'])}</small>" if r["note"] else ""
-            _, expected, tolerance = COMPARISONS[r["compare"]]
-            if r["compare"] in ("le", "ge"):  # a bound; older records kept a tolerance on it
-                shift = r["tolerance"] if r["compare"] == "le" else -r["tolerance"]
-                expected = expected.format(e=_format(r["expected"] + shift))
-            else:
-                expected = expected.format(e=_format(r["expected"]))
-            tolerance = tolerance.format(t=r["tolerance"])
-            row_id = f' id="{anchor(r["id"])}"' if self.anchors else ""
+            expected, tolerance = _expected_columns(r)
+            row_id = _row_id(r["id"]) if self.anchors else ""
             body.append(
                 f"<tr{row_id}><td>{html.escape(r['claim'])}{note}</td>"
                 f"<td>{html.escape(r['source'])}</td>"
@@ -311,10 +327,11 @@ class BesideTable:
     none holds these claims), ``source``: one line on where and when they were recorded;
     ``contexts``: every row of the chapter and of its record, where known failures'
     explanations are found (default: the rows shown); ``profile``: this build's (default: its
-    rows' own, which a build that ran none of these claims lacks)."""
+    rows' own, which a build that ran none of these claims lacks); ``anchors``: give each row
+    its HTML id, as a section's own table of its claims does (``Ledger.table``)."""
 
-    def __init__(self, rows, recorded, source, contexts=None, profile=None):
-        self.rows, self.recorded, self.source = rows, recorded, source
+    def __init__(self, rows, recorded, source, contexts=None, profile=None, anchors=False):
+        self.rows, self.recorded, self.source, self.anchors = rows, recorded, source, anchors
         self.contexts = contexts or (rows, recorded)
         self.profile = profile or (rows[0]["profile"] if rows else "?")
 
@@ -324,7 +341,8 @@ class BesideTable:
         measured = _format(row["measured"])
         if row.get("spread") is not None:
             measured += f" ± {_format(row['spread'])}"
-        return f"<td>{measured}</td><td>{verdict_html(row, context)}</td>"
+        wanted = f"<br><small>expected {html.escape(_wanted(row))}</small>"
+        return f"<td>{measured}{wanted}</td><td>{verdict_html(row, context)}</td>"
 
     def _repr_html_(self):
         here = {row["id"]: row for row in self.rows}
@@ -336,7 +354,8 @@ class BesideTable:
             "<th colspan=2>the texts' sizes (<code>paper</code>)</th></tr>"
         )
         body = [
-            f"<tr><td>{html.escape((here.get(i) or there[i])['claim'])}</td>"
+            f"<tr{_row_id(i) if self.anchors else ''}>"
+            f"<td>{html.escape((here.get(i) or there[i])['claim'])}</td>"
             f"{self._cell(here.get(i), self.contexts[0])}"
             f"{self._cell(there.get(i), self.contexts[1])}</tr>"
             for i in ids

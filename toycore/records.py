@@ -251,15 +251,21 @@ def recorded_held(chapter, claim_id, folder=None):
     return held(row) if row else "is not yet recorded"
 
 
-def beside(ledger, *prefixes, folder=None):
+def beside(ledger, *prefixes, folder=None, anchors=False):
     """The rows of ``ledger`` whose ids start with ``prefixes``, beside the same claims in its
-    chapter's paper record (``claims.BesideTable``, which a notebook displays)."""
+    chapter's paper record (``claims.BesideTable``, which a notebook displays); ``anchors``:
+    this is the section's table of these claims, where the findings page links them."""
     rows = [row for row in ledger.rows if row["id"].startswith(prefixes)]
     everything = recorded_rows(ledger.chapter, folder=folder)
     recorded = [row for row in everything if row["id"].startswith(prefixes)]
     contexts = (ledger.rows, everything)
     return BesideTable(
-        rows, recorded, status(ledger.chapter, folder), contexts, profile=ledger.profile
+        rows,
+        recorded,
+        status(ledger.chapter, folder),
+        contexts,
+        profile=ledger.profile,
+        anchors=anchors,
     )
 
 

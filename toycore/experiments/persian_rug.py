@@ -17,7 +17,7 @@ from scipy import optimize
 from .. import devices, shards
 from ..cache import cached
 from ..checks import check_seeds
-from ..claims import COMPARISONS
+from ..claims import COMPARISONS, explanation
 from ..data import SparseUniform
 from ..profiles import select
 from ..sizes import PERSIAN_RUG
@@ -253,6 +253,50 @@ def beyond_words(rows):
         f"{ratio} at ns = {n}" for n, ratio in re.findall(r"ns = (\d+): ([^,]+)", ratios)
     )
     return f"trained / rug {sizes}; the trend ({slope}) {trend_words(rows, 'beyond.trend')}."
+
+
+def figure2_words(rows, missing):
+    """What Figure 2's claim (``fig2.trained_rug`` of a ledger or a record) found, as a clause
+    the prose can quote: whether trained models lose the rug's loss inside the text's regime,
+    how far off the worst cell is, and whether the explanation of a failure holds; ``missing``
+    where there is no such row."""
+    row = next((row for row in rows if row["id"] == "fig2.trained_rug"), None)
+    if row is None:
+        return missing
+    worst = row["note"].rpartition("worst: ")[2]
+    gap = f"trained / rug lies at most {row['measured']:.0%} from 1 (worst: {worst})"
+    if row["passed"]:
+        return f"it reproduces: {gap}"
+    found, holds = explanation(row, rows)
+    why = (
+        f"{found['id']}, which tests why, {'holds' if holds else 'fails'}"
+        if found
+        else f"{row.get('explained_by') or 'no explanation'} was not run"
+    )
+    return f"it does not reproduce: {gap}; {why}"
+
+
+def symmetry_words(rows):
+    """What the fits of Figures 4 to 7 (``sym.*`` rows of a ledger or a record) found, as a
+    clause the prose can quote: each figure's exponent of its median against ns, with its
+    standard error, and whether the fall holds."""
+    fits = [row for row in rows if row["id"].startswith("sym.") and "measured" in row]
+    if not fits:
+        return "not recorded yet"
+    exponents = ", ".join(
+        f"{row['measured']:+.2f} ± {row['spread']:.2f} ({row['claim'].partition(':')[0]}"
+        + ("; outside the text's regime" if row.get("outside_regime") else "")
+        + ")"
+        for row in fits
+    )
+    tested = [row for row in fits if not row.get("outside_regime")]
+    failed = [row["claim"].partition(":")[0] for row in tested if not row["passed"]]
+    verdict = (
+        ("every fall holds" if len(tested) == len(fits) else "every fall tested holds")
+        if not failed
+        else f"the fall of {', '.join(failed)} does not hold by this test"
+    )
+    return f"exponents {exponents}: {verdict}"
 
 
 def horizon_words(rows):

@@ -220,6 +220,23 @@ def test_shards_must_be_cached_functions():
 # --- chapters side by side ---------------------------------------------------------------------
 
 
+def test_a_build_starts_the_longest_chapters_first():
+    chapters = config.select_chapters(None)
+
+    def stems(order):
+        return [nb.stem[:2] for nb in order]
+
+    # a cold cpu build, no timings of its own: the cold costs, so short chapters end the build
+    assert stems(execute.chapter_order(chapters, "cpu", {})) == ["05", "03", "04", "02", "01"]
+    assert set(execute.COLD_SECONDS["cpu"]) == {nb.stem for nb in chapters}
+    # a chapter it has timed goes by its own time
+    timed = {"01_linear_autoencoders": 1000.0}
+    assert stems(execute.chapter_order(chapters, "cpu", timed))[0] == "01"
+    # a profile without cold costs: later chapters first, the timed after the untimed
+    assert stems(execute.chapter_order(chapters, "ci", {})) == ["05", "04", "03", "02", "01"]
+    assert stems(execute.chapter_order(chapters, "ci", {"05_persian_rug": 9.0}))[-1] == "05"
+
+
 def test_chapters_and_jobs_are_checked_before_any_work(tmp_path):
     assert [nb.stem for nb in config.select_chapters(["05", "01_linear_autoencoders"])] == [
         "05_persian_rug",

@@ -36,6 +36,18 @@ from .config import shown
 # The longest a single cell may run, per profile: a stuck or pathologically slow cell fails the
 # build naming its chapter instead of silently using up CI's time. `paper` runs on a GPU, unbounded.
 CELL_TIMEOUT_S = {"ci": 600, "cpu": 3600, "paper": None}
+# Seconds each chapter took in a fresh clone's `make book` on the 2-core CPU, two at a time: a
+# build with no timings of its own yet (`<build>/timings.json`) orders its chapters by these,
+# longest first, so that short chapters, not a long one alone on one core, end the build.
+COLD_SECONDS = {
+    "cpu": {
+        "05_persian_rug": 589,
+        "03_incidental_polysemanticity": 365,
+        "04_sparsity_from_noise": 186,
+        "02_relu_output_model": 92,
+        "01_linear_autoencoders": 51,
+    }
+}
 
 
 class BuildError(RuntimeError):
@@ -360,10 +372,18 @@ def _execute_in_worker(notebook, output, profile, device, variables, recorded):
     return run_chapter(notebook, output, profile, device, recorded)
 
 
+def chapter_order(notebooks, profile, known):
+    """The order a build starts ``notebooks`` in: longest first by ``known`` ({stem: seconds},
+    this build's timings), else by ``COLD_SECONDS``; a chapter in neither first of all, and
+    among those, later chapters first (the book goes from small models to large ones)."""
+    expected = {**COLD_SECONDS.get(profile, {}), **known}
+    return sorted(reversed(notebooks), key=lambda nb: -expected.get(nb.stem, float("inf")))
+
+
 def execute_all(notebooks, source, profile, device, jobs, variables, log, on_done, recorded=False):
     """Execute the chapters, ``jobs`` at a time (and with ``jobs`` > 1, every shard on a local
     cluster of ``jobs`` workers, even for one chapter), longest first by ``<build>/timings.json``
-    (with no timings, later chapters first: the book goes from small models to large ones).
+    (``chapter_order``).
     ``on_done(notebook, seconds)`` runs as each finishes (seconds None: its kept execution was
     reused, see ``run_chapter``; never when ``recorded``). After a failure, the chapters still
     running finish (what they compute is cached), the others do not start, and the first
@@ -371,7 +391,7 @@ def execute_all(notebooks, source, profile, device, jobs, variables, log, on_don
     timings_file = Path(variables["TOYCORE_BUILD_DIR"]) / "timings.json"
     timings = json.loads(timings_file.read_text()) if timings_file.exists() else {}
     known = timings.get(profile, {})
-    order = sorted(reversed(notebooks), key=lambda nb: -known.get(nb.stem, float("inf")))
+    order = chapter_order(notebooks, profile, known)
 
     def done(notebook, seconds):
         if seconds is not None:

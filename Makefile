@@ -7,7 +7,9 @@
 #                                    parts with no current record, most valuable first, within
 #                                    BUDGET seconds, recorded part by part and packed into OUT
 #                                    (two files); installs the wheels in .whl first, if any;
-#                                    PARTS="05_persian_rug:12 ..." runs those parts instead
+#                                    PARTS="05_persian_rug:12 ..." runs those parts instead;
+#                                    JOBS=3 trains each part's shards in 3 processes that
+#                                    share the GPU (not yet tried on one)
 # make wheels-gpu                    download those wheels into .whl (here, where PyPI is)
 # make gpu-checks OUT=dir            on a lent GPU machine, after paper-gpu: the unit tests on
 #                                    the device and chapter 5's grid step, logged into OUT
@@ -69,7 +71,8 @@ paper-gpu:
 	@test -n "$(BUDGET)" -a -n "$(OUT)" || { echo "make paper-gpu needs BUDGET=<seconds> OUT=<folder>" >&2; exit 1; }
 	@$(INSTALL_WHEELS)
 	$(GPU_ENV) TOYCORE_MATMUL=$(MATMUL) python3 -m toycore.book.paper --budget $(BUDGET) --out $(OUT) \
-		$(if $(DEVICE),--device $(DEVICE)) $(if $(PARTS),--parts "$(PARTS)")
+		$(if $(DEVICE),--device $(DEVICE)) $(if $(PARTS),--parts "$(PARTS)") \
+		$(if $(JOBS),--jobs $(JOBS))
 
 # The unit tests that run on the device (data, models, training, the chapters' experiments, the
 # result cache), without tests/conftest.py, whose browser and book-build fixtures need

@@ -24,7 +24,7 @@ def scratch(tmp_path, monkeypatch):
     return tmp_path
 
 
-def run(scratch, budget, plan, name):
+def run(scratch, budget, plan, name, jobs=1):
     outcomes = paper.run(
         budget,
         scratch / name,
@@ -34,6 +34,7 @@ def run(scratch, budget, plan, name):
         folder=scratch / "records",
         log=lambda line: None,
         min_start=0,
+        jobs=jobs,
     )
     return list(outcomes.values())
 
@@ -47,8 +48,11 @@ def test_a_budgeted_run_stops_at_its_budget_records_what_finished_and_resumes(sc
         paper.RECORDS_FILE,
         paper.LOG_FILE,
     ]
-    # the first part, recorded the moment it finishes
-    assert run(scratch, 600, PLAN[:1], "second")[0].startswith("recorded in")
+    # the first part, recorded the moment it finishes; its shards on two worker processes
+    assert run(scratch, 600, PLAN[:1], "second", jobs=2)[0].startswith("recorded in")
+    assert "shards on 2 workers" in (scratch / "second" / paper.LOG_FILE).read_text()
+    processes = (scratch / "build" / "paper-run-processes.log").read_text()
+    assert "--jobs 2" in processes and "a local Dask cluster of 2 workers" in processes
     # again with both: the first is current and not run again; the second is recorded beside it
     resumed = run(scratch, 600, PLAN, "third")
     assert resumed[0] == "already recorded and current" and resumed[1].startswith("recorded in")
@@ -76,6 +80,8 @@ def test_a_bad_plan_or_budget_is_refused_before_any_work(scratch):
         run(scratch, 10, (("05", [0]),), "out")
     with pytest.raises(ValueError, match="budget must be"):
         run(scratch, 0, PLAN, "out")
+    with pytest.raises(ValueError, match="jobs must be an integer"):
+        run(scratch, 10, PLAN, "out", jobs=0)
     assert not (scratch / "out").exists()
 
 

@@ -46,6 +46,7 @@ from ..dependencies import describe_sections
 from ..paths import REPO_ROOT, build_dir
 from ..profiles import resolve_profile
 from .config import select_chapters
+from .execute import check_jobs
 
 # The parts of the book at the texts' sizes, the most valuable that a lent GPU finishes first:
 # the headline past the texts' sizes (the texts' sweep again, then three models at ns = 4096;
@@ -147,16 +148,20 @@ def run(
     folder=None,
     log=print,
     min_start=MIN_START_S,
+    jobs=1,
 ):
     """Run ``plan``'s parts that ``folder``'s records (default: ``results/paper``) do not hold
     current, within ``budget`` seconds, none started with less than ``min_start`` left, then
-    pack the records and the log into ``out``. Returns the outcome of each part:
+    pack the records and the log into ``out``. ``jobs`` > 1: each part's shards go to that many
+    worker processes, which share the device (on a GPU, so that one shard's kernels run while
+    another's are being launched). Returns the outcome of each part:
     {"chapter, sections": outcome}."""
     start = time.monotonic()
     if not budget > 0:
         raise ValueError(f"budget must be a number of seconds > 0; got {budget!r}")
     profile = resolve_profile(profile)
     device = devices.resolve(device)  # a missing GPU stops here
+    jobs = check_jobs(jobs, device)
     check_plan(plan)
     folder = Path(folder or records.FOLDER)
     out = Path(out)
@@ -164,7 +169,7 @@ def run(
     deadline = start + budget
     lines = [
         f"{devices.describe(device)} ({device.type}), torch {torch.__version__}, profile "
-        f"{profile}, budget {budget:.0f} s"
+        f"{profile}, budget {budget:.0f} s" + (f", shards on {jobs} workers" if jobs > 1 else "")
     ]
     outcomes = {}
     process_log = Path(build_dir()) / "paper-run-processes.log"
@@ -180,7 +185,16 @@ def run(
             began = time.time()
             progress_log.unlink(missing_ok=True)
             outcome = _run_part(
-                chapter, sections, profile, device, folder, deadline, process_log, progress_log, log
+                chapter,
+                sections,
+                profile,
+                device,
+                jobs,
+                folder,
+                deadline,
+                process_log,
+                progress_log,
+                log,
             )
         outcomes[name] = outcome
         lines.append(f"{name}: {outcome}")
@@ -258,7 +272,9 @@ def precision_for(chapter, asked=None):
     return asked if chapter in TF32_CHAPTERS else "float32"
 
 
-def _run_part(chapter, sections, profile, device, folder, deadline, process_log, progress_log, log):
+def _run_part(
+    chapter, sections, profile, device, jobs, folder, deadline, process_log, progress_log, log
+):
     """One part in a process of its own, stopped at ``deadline``: its outcome in words. Its
     output goes to ``process_log``, its progress bars to ``progress_log``."""
     command = [
@@ -270,7 +286,7 @@ def _run_part(chapter, sections, profile, device, folder, deadline, process_log,
         "--device",
         str(device),
         "--jobs",
-        "1",
+        str(jobs),
         "--chapters",
         chapter,
         "--records",
@@ -389,6 +405,12 @@ def main(argv=None):
         help="run these parts instead of the plan, in this order: 'chapter chapter:s,t ...' "
         "(for a budget that the plan's first part would outlast)",
     )
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="worker processes for each part's shards, sharing the device (default 1)",
+    )
     parser.add_argument("--wheels", metavar="FOLDER", help="download the wheels instead")
     parser.add_argument("--python-version", default="3.12", help="the wheels' Python")
     args = parser.parse_args(argv)
@@ -400,7 +422,15 @@ def main(argv=None):
         if args.budget is None or args.out is None:
             parser.error("--budget and --out are needed (or --wheels)")
         plan = parse_parts(args.parts) if args.parts is not None else PLAN
-        run(args.budget, args.out, args.profile, args.device, plan=plan, folder=args.records)
+        run(
+            args.budget,
+            args.out,
+            args.profile,
+            args.device,
+            plan=plan,
+            folder=args.records,
+            jobs=args.jobs,
+        )
     except ValueError as error:
         print(f"paper run failed: {error}", file=sys.stderr)
         return 1

@@ -275,7 +275,13 @@ def test_this_builds_rows_stand_beside_the_recorded_ones():
     ledger = Ledger("99_example", "ci")
     ledger.close_to("h.ns64", "at 64", "s", expected=1.0, measured=0.9, tolerance=0.05, spread=0.01)
     recorded = [
-        {**ledger.rows[0], "measured": 0.98, "passed": True, "profile": "paper"},
+        {
+            **ledger.rows[0],
+            "measured": 0.98,
+            "passed": True,
+            "profile": "paper",
+            "note": "3 <seeds>",
+        },
         {**ledger.rows[0], "id": "h.ns2048", "claim": "at 2048", "profile": "paper"},
     ]
     html = BesideTable(ledger.rows, recorded, "recorded somewhere")._repr_html_()
@@ -283,12 +289,17 @@ def test_this_builds_rows_stand_beside_the_recorded_ones():
     at_64, at_2048 = html.split("<tr>")[2:]
     wanted = "<br><small>expected 1 ± 0.05</small></td>"
     assert f"<td>0.9 ± 0.01{wanted}" in at_64 and "does not reproduce" in at_64
-    assert f'<td>0.98 ± 0.01{wanted}<td><span style="color:#1a7f37">reproduces' in at_64
+    noted = wanted.replace("</td>", "<br><small>3 &lt;seeds&gt;</small></td>")  # the note, escaped
+    assert f'<td>0.98 ± 0.01{noted}<td><span style="color:#1a7f37">reproduces' in at_64
     assert at_2048.startswith("<td>at 2048</td><td>not run</td>")
     assert "id=" not in html
     # a build that ran none of the claims still says which profile it is
     alone = BesideTable([], recorded, "recorded somewhere", profile="cpu")._repr_html_()
     assert "this build (<code>cpu</code>)" in alone and alone.count("not run") == 2
+    # a value that four digits would print as its bound gets the digits that tell them apart
+    ledger.at_least("h.bound", "just above", "s", measured=1.0004061, bound=1)
+    assert "<td>1.0004<br><small>expected ≥ 1" in BesideTable(ledger.rows, [], "")._repr_html_()
+    assert "<td>1.0004</td>" in ledger.table("h.bound")._repr_html_()
     # a section's own table of its claims carries their anchors, as Ledger.table's does,
     # for the claims this build ran and those only the record holds
     anchored = BesideTable(ledger.rows, recorded, "recorded", anchors=True)._repr_html_()

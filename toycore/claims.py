@@ -193,6 +193,17 @@ def _format(value):
     return f"{value:.4g}"
 
 
+def _measured(row):
+    """A row's measured value as the tables write it: four significant digits, more where
+    four would print it as its expected value or bound (1.0004 against 1 is not "1")."""
+    value, expected = row["measured"], row["expected"]
+    for digits in range(4, 17):
+        text = f"{value:.{digits}g}"
+        if value == expected or text != f"{expected:.{digits}g}":
+            return text
+    return text
+
+
 def outside(row):
     """Whether a row checks its claim outside the text's regime (rows recorded before the
     label existed are inside it)."""
@@ -292,7 +303,7 @@ class LedgerTable:
         )
         body = []
         for r in self.rows:
-            measured = _format(r["measured"])
+            measured = _measured(r)
             if r["spread"] is not None:
                 measured += f" ± {_format(r['spread'])}"
             verdict = verdict_html(r, self.context)
@@ -323,12 +334,13 @@ class LedgerTable:
 
 class BesideTable:
     """This build's rows beside those recorded at the texts' sizes (``toycore.records``): for
-    each claim, our value and verdict in each. ``recorded``: the paper record's rows (empty when
-    none holds these claims), ``source``: one line on where and when they were recorded;
-    ``contexts``: every row of the chapter and of its record, where known failures'
-    explanations are found (default: the rows shown); ``profile``: this build's (default: its
-    rows' own, which a build that ran none of these claims lacks); ``anchors``: give each row
-    its HTML id, as a section's own table of its claims does (``Ledger.table``)."""
+    each claim, our value (with its expected value and the row's note) and verdict in each.
+    ``recorded``: the paper record's rows (empty when none holds these claims); ``source``: one
+    line on where and when they were recorded; ``contexts``: every row of the chapter and of
+    its record, where known failures' explanations are found (default: the rows shown);
+    ``profile``: this build's (default: its rows' own, which a build that ran none of these
+    claims lacks); ``anchors``: give each row its HTML id, as a section's own table of its
+    claims does (``Ledger.table``)."""
 
     def __init__(self, rows, recorded, source, contexts=None, profile=None, anchors=False):
         self.rows, self.recorded, self.source, self.anchors = rows, recorded, source, anchors
@@ -338,11 +350,12 @@ class BesideTable:
     def _cell(self, row, context):
         if row is None:
             return "<td>not run</td><td></td>"
-        measured = _format(row["measured"])
+        measured = _measured(row)
         if row.get("spread") is not None:
             measured += f" ± {_format(row['spread'])}"
         wanted = f"<br><small>expected {html.escape(_wanted(row))}</small>"
-        return f"<td>{measured}{wanted}</td><td>{verdict_html(row, context)}</td>"
+        note = f"<br><small>{html.escape(row['note'])}</small>" if row.get("note") else ""
+        return f"<td>{measured}{wanted}{note}</td><td>{verdict_html(row, context)}</td>"
 
     def _repr_html_(self):
         here = {row["id"]: row for row in self.rows}

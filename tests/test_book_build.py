@@ -45,6 +45,9 @@ def test_chapter_pages_have_figures_widgets_and_no_errors(built):
         in_page = soup.select(".toycore-inpage")  # widgets the page's own script builds
         assert len(views) >= 1 and len(views) + len(in_page) >= 2, f"{stem}: too few explorers"
         assert "Traceback" not in html and "output stderr" not in html
+        # each claim's row is anchored once, in its section's table (the findings page's link)
+        anchored = re.findall(r'id="(claim-[\w-]+)"', html)
+        assert len(anchored) == len(set(anchored)), f"{stem}: a claim's anchor twice"
         # papermill's injected parameters stay out of the page; the chapter's own cell shows
         assert "# Parameters" not in soup.get_text() and "profile = None" in soup.get_text()
         assert not re.search(r"\b(Error|Exception):", soup.get_text()), f"{stem}: error text"

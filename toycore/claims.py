@@ -210,11 +210,16 @@ def outside(row):
     return bool(row.get("outside_regime"))
 
 
+def row_of(rows, claim_id):
+    """The row ``claim_id`` among ``rows`` (a ledger's or a record's), or None."""
+    return next((row for row in rows if row["id"] == claim_id), None)
+
+
 def explanation(row, rows):
     """A known failure's explanation row among ``rows`` (a chapter's, or a record's), and
     whether it holds: (row or None, bool). It holds when it is there, inside the text's regime
     and reproduces."""
-    found = next((r for r in rows if r["id"] == row.get("explained_by")), None)
+    found = row_of(rows, row.get("explained_by"))
     return found, bool(found and not outside(found) and found["passed"])
 
 

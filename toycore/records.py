@@ -45,7 +45,7 @@ import scipy
 import torch
 
 from . import cache, devices
-from .claims import BesideTable, LedgerTable
+from .claims import BesideTable, LedgerTable, row_of
 from .dependencies import (
     Code,
     Dependencies,
@@ -230,7 +230,7 @@ def value_text(value, spec=".2f"):
 
 def recorded_row(chapter, claim_id, folder=None):
     """The row ``claim_id`` of ``chapter``'s paper record, or None."""
-    return next((r for r in recorded_rows(chapter, folder=folder) if r["id"] == claim_id), None)
+    return row_of(recorded_rows(chapter, folder=folder), claim_id)
 
 
 def recorded_text(chapter, claim_id, spec=".2f", folder=None):

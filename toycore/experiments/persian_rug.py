@@ -17,7 +17,7 @@ from scipy import optimize
 from .. import devices, shards
 from ..cache import cached
 from ..checks import check_seeds
-from ..claims import COMPARISONS, explanation
+from ..claims import COMPARISONS, explanation, row_of
 from ..data import SparseUniform
 from ..profiles import select
 from ..sizes import PERSIAN_RUG
@@ -228,7 +228,7 @@ def headline_verdict(rows):
 def trend_words(rows, claim_id="headline.trend"):
     """What a ledger's trend row (``claim_id``) says, as a clause the prose can quote: whether
     trained / rug closes toward 1 as ns grows inside the text's regime."""
-    row = next((row for row in rows if row["id"] == claim_id), None)
+    row = row_of(rows, claim_id)
     if row is None:
         return "was not recorded"
     if row.get("outside_regime"):
@@ -244,7 +244,7 @@ def trend_words(rows, claim_id="headline.trend"):
 def beyond_words(rows):
     """What section 11's trend row (``beyond.trend`` of a ledger or a record) found, as a
     sentence the prose can quote: trained / rug at each size and whether it closes toward 1."""
-    row = next((row for row in rows if row["id"] == "beyond.trend"), None)
+    row = row_of(rows, "beyond.trend")
     if row is None:
         return "not recorded yet."
     ratios, _, slope = row["note"].removeprefix("trained / rug: ").partition("; ")
@@ -260,7 +260,7 @@ def figure2_words(rows, missing):
     the prose can quote: whether trained models lose the rug's loss inside the text's regime,
     how far off the worst cell is, and whether the explanation of a failure holds; ``missing``
     where there is no such row."""
-    row = next((row for row in rows if row["id"] == "fig2.trained_rug"), None)
+    row = row_of(rows, "fig2.trained_rug")
     if row is None:
         return missing
     worst = row["note"].rpartition("worst: ")[2]
@@ -280,7 +280,7 @@ def symmetry_words(rows):
     """What the fits of Figures 4 to 7 (``sym.*`` rows of a ledger or a record) found, as a
     clause the prose can quote: each figure's exponent of its median against ns, with its
     standard error, and whether the fall holds."""
-    fits = [row for row in rows if row["id"].startswith("sym.") and "measured" in row]
+    fits = [row for row in rows if row["id"].startswith("sym.")]
     if not fits:
         return "not recorded yet"
     exponents = ", ".join(

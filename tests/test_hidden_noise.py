@@ -148,6 +148,24 @@ def test_the_sparsifying_range_brackets_the_rise_from_a_random_vector_to_the_pea
     assert ex.sparsifying_range(side, 0.0)[0] == 0.01
 
 
+def _side_with_final(final):
+    """A strength side whose final mean ‖W_i‖₄⁴ at its values is ``final``."""
+    final = np.asarray(final, dtype=float)
+    fourth = np.broadcast_to(final[None, :, None, None], (3, len(final), 2, 4))
+    values = np.geomspace(0.01, 1, len(final))
+    return ex.StrengthSide(values, np.arange(3), fourth, np.ones_like(fourth), None)
+
+
+def test_the_rise_after_the_peak_is_zero_when_the_side_only_falls_past_it():
+    side = _side_with_final([0.17, 0.6, 0.8, 0.79, 0.7, 0.1])
+    np.testing.assert_allclose(ex.final_means(side, side.fourth), [0.17, 0.6, 0.8, 0.79, 0.7, 0.1])
+    assert ex.rise_after_peak(side) == 0.0
+    # a second bump past the peak is the rise: 0.7 -> 0.75
+    assert ex.rise_after_peak(_side_with_final([0.17, 0.8, 0.7, 0.75, 0.1])) == pytest.approx(0.05)
+    # a peak at the largest value leaves nothing past it
+    assert ex.rise_after_peak(_side_with_final([0.1, 0.2, 0.3])) == 0.0
+
+
 def test_orders_of_magnitude_read_as_powers_of_ten():
     from toycore.plots import power_of_ten
 

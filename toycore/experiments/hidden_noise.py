@@ -27,6 +27,9 @@ from ..theory.polysemantic import count_polysemantic
 from ..train import record_steps, train
 
 DTYPE = torch.float64
+# Figure 5's growth with magnitude: the largest fall of the final mean ‖W_i‖₄⁴ from one λ or σ
+# to the next larger that still reads as growth (ours)
+GROWTH_TOLERANCE = 0.02
 METRICS = {
     "fourth": lambda model: th.fourth_norms(model.W),
     "squared": lambda model: th.squared_norms(model.W),
@@ -354,12 +357,24 @@ def final_mean(side, value, quantity):
     return float(quantity[-1, list(side.values).index(value)].mean())
 
 
+def final_means(side, quantity):
+    """``final_mean`` at every λ or σ of a side, smallest value first: (values,)."""
+    return np.array([final_mean(side, value, quantity) for value in side.values])
+
+
+def rise_after_peak(side):
+    """The largest rise of the final mean ‖W_i‖₄⁴ from one λ or σ of a side to the next larger,
+    past the side's peak (its largest final mean): 0 when past the peak the side only falls."""
+    final = final_means(side, side.fourth)
+    return float(max(np.diff(final[final.argmax() :]).max(initial=0.0), 0.0))
+
+
 def sparsifying_range(side, baseline, low=0.1, high=0.9):
     """Where a side of the strength sweep starts to sparsify: of the rise of the final mean
     ‖W_i‖₄⁴ from ``baseline`` (a random unit vector's) to its peak, the last λ or σ still under
     ``low`` of it before the first over ``high`` (the smallest value if none is under ``low``):
     (low value, high value)."""
-    final = np.array([final_mean(side, value, side.fourth) for value in side.values])
+    final = final_means(side, side.fourth)
     part = (final - baseline) / (final.max() - baseline)  # (values,) 0 at baseline, 1 at peak
     first_high = np.flatnonzero(part >= high)[0]
     under = np.flatnonzero(part[:first_high] <= low)

@@ -14,7 +14,15 @@ import pytest
 
 from toycore import records
 from toycore.cache import PACKAGE
-from toycore.dependencies import Code, cells_for, changes, notebook_dependencies, serialise
+from toycore.dependencies import (
+    Code,
+    cells_for,
+    changes,
+    claim_sections,
+    notebook_dependencies,
+    section_of_claim,
+    serialise,
+)
 from toycore.paths import REPO_ROOT
 
 CHAPTERS = sorted(path.stem for path in (REPO_ROOT / "chapters").glob("*.ipynb"))
@@ -444,3 +452,94 @@ def test_every_chapter_reads_its_sizes_by_name_only():
                 by_name = isinstance(parent, ast.Attribute) and parent.value is node
                 assigned = isinstance(parent, ast.Assign) and node in parent.targets
                 assert by_name or assigned, f"{chapter}: {ast.unparse(parent)}"
+
+
+def _two_section_chapter():
+    """A chapter whose section 1 reads the training's batch and section 2 its evaluation
+    samples, with ids both literal and built by an f-string."""
+    return [
+        _cell("code", "profile = None"),
+        _cell(
+            "code",
+            "from toycore.claims import Ledger\n"
+            "from toycore.experiments import rug_training as rt\n"
+            "ledger = Ledger('99_probe', profile)",
+        ),
+        _cell("markdown", "## 1. The batch"),
+        _cell("code", "ledger.at_most('one.batch', 'c', 's', measured=rt.BATCH, bound=4096)"),
+        _cell("markdown", "## 2. The samples"),
+        _cell(
+            "code",
+            "for k in (1, 2):\n"
+            "    ledger.at_least(f'two.n{k}', 'c', 's', measured=rt.EVAL_SAMPLES, bound=k)",
+        ),
+        _cell("markdown", "## Claims ledger"),
+        _cell("code", "ledger.save()"),
+    ]
+
+
+def test_a_claim_is_found_in_the_section_whose_cells_make_it():
+    made = claim_sections(_two_section_chapter())
+    assert made == [("one.batch", "1"), ("two.n*", "2")]
+    assert [section_of_claim(c, made) for c in ("one.batch", "two.n2", "two.x", "three")] == [
+        "1",
+        "2",
+        None,
+        None,
+    ]
+    # the longest literal start wins; two sections that could make a claim name neither
+    made = [("two.*", "1"), ("two.n*", "2"), ("dup", "1"), ("dup", "3")]
+    assert section_of_claim("two.n1", made) == "2" and section_of_claim("two.x", made) == "1"
+    assert section_of_claim("dup", made) is None
+
+
+def test_a_run_of_several_sections_is_split_into_parts_that_stale_alone(tmp_path):
+    """A whole-chapter part becomes one part per section, each listing what its own section
+    depends on at the commit: an edit that only section 2 reads then stales section 2 alone."""
+    root, chapter = tmp_path / "repo", "99_probe"
+    notebook = {"cells": _two_section_chapter(), "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    commit = _committed_repository(root, chapter, notebook)
+    code = Code.from_folder(root / "toycore")
+    whole = records.chapter_dependencies(chapter, None, code, root=root)
+    rows = [
+        dict(id=claim, profile="paper", chapter=chapter, passed=True)
+        for claim in ("one.batch", "two.n1", "two.n2")
+    ]
+    given = dict(commit=commit, uncommitted_changes=False, code=whole.key, recorded="then")
+    part = dict(sections=None, provenance=given, dependencies=whole.to_json(), rows=rows)
+    folder = root / "results" / "paper"
+    folder.mkdir(parents=True)
+    path = folder / f"{chapter}.json"
+    path.write_text(json.dumps(dict(chapter=chapter, profile="paper", parts=[part])))
+    with pytest.raises(ValueError, match="not a record"):  # the rows lack a record's keys
+        records.split(chapter, folder, root, log=lambda line: None)
+    full = [{**row, **{key: 0 for key in records.ROW_KEYS if key not in row}} for row in rows]
+    for row in full:
+        row["passed"] = True
+    given.update({key: "x" for key in records.PROVENANCE if key not in given})
+    given.update(device_type="cpu", wall_time_s=5.0)
+    path.write_text(
+        json.dumps(dict(chapter=chapter, profile="paper", parts=[{**part, "rows": full}]))
+    )
+    assert records.split(chapter, folder, root, log=lambda line: None) == [[], []]
+    one, two = json.loads(path.read_text())["parts"]
+    assert [one["sections"], two["sections"]] == [[1], [2]]
+    assert [r["id"] for r in one["rows"]] == ["one.batch"]
+    assert [r["id"] for r in two["rows"]] == ["two.n1", "two.n2"]
+    assert one["provenance"]["recorded"] == two["provenance"]["recorded"] == "then"
+    assert "split" in one["provenance"] and one["provenance"]["code"] != two["provenance"]["code"]
+    training = root / "toycore" / "experiments" / "rug_training.py"
+    text = training.read_text()
+    assert "EVAL_SAMPLES = " in text
+    training.write_text(text.replace("EVAL_SAMPLES = ", "EVAL_SAMPLES = 2 * ", 1))
+    now = Code.from_folder(root / "toycore")
+    stale = [
+        records.staleness(
+            chapter, p, records.chapter_dependencies(chapter, p["sections"], now, root)
+        )
+        for p in (one, two)
+    ]
+    assert stale == [[], ["experiments.rug_training.EVAL_SAMPLES"]]
+    # a row that no numbered section makes cannot be recorded by section
+    with pytest.raises(ValueError, match="'zero' is not made by one numbered section"):
+        records.by_section(chapter, [{"id": "zero"}], root=root)

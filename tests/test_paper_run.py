@@ -6,13 +6,12 @@ import json
 import tarfile
 import time
 
-import nbformat
 import pytest
 
-from toycore import progress
+from toycore import progress, records
 from toycore.book import paper
 from toycore.book.config import select_chapters
-from toycore.dependencies import section_of
+from toycore.dependencies import Dependencies
 
 PLAN = (("05_persian_rug", [1]), ("05_persian_rug", [9]))  # the construction; the scaling
 
@@ -138,12 +137,33 @@ def test_the_plan_records_every_section_that_has_rows_once():
         parts = [sections for chapter, sections in paper.PLAN if chapter == notebook.stem]
         if parts == [None]:
             continue
-        with_rows, section = set(), None
-        for cell in nbformat.read(notebook, as_version=4).cells:
-            if cell.cell_type == "markdown":
-                section = section_of(cell.source) or section
-            elif section and section.isdigit() and "ledger." in cell.source:
-                with_rows.add(int(section))
+        with_rows = set(records.claimed_sections(notebook.stem))
         planned = [s for sections in parts for s in sections]
         assert sorted(planned) == sorted(set(planned)), notebook.stem  # none twice
         assert with_rows <= set(planned), (notebook.stem, sorted(with_rows - set(planned)))
+
+
+def test_a_run_runs_only_the_sections_without_a_current_part():
+    """An edit that stales one section's part re-runs that section alone, in a plan that names
+    the whole chapter or several sections."""
+    chapter = "05_persian_rug"
+
+    def part(sections, current=True):
+        listed = records.chapter_dependencies(chapter, sections)
+        if not current:  # as if recorded before an edit
+            listed = Dependencies({**listed.toycore, "toycore.gone": "0"}, listed.cells)
+        return dict(
+            sections=sections,
+            provenance=dict(code=listed.key),
+            dependencies=listed.to_json(),
+            rows=[dict(profile="paper")],
+        )
+
+    claimed = records.claimed_sections(chapter)
+    assert claimed[:2] == [1, 3] and 4 in claimed  # section 2 makes no rows
+    record = dict(chapter=chapter, parts=[part([1]), part([3], current=False), part([4])])
+    assert records.unheld(record, chapter) == [s for s in claimed if s not in (1, 4)]
+    assert records.unheld(record, chapter, [1, 3, 4]) == [3]
+    assert records.unheld(record, chapter, [4]) == []
+    assert records.unheld(None, chapter, [4]) == [4]
+    assert records.unheld(dict(parts=[part(None)]), chapter) == []

@@ -309,14 +309,16 @@ def test_records_are_checked_written_and_read_back(tmp_path):
     path = records.write("99_example", part["rows"], part["provenance"], DEPENDS, folder=tmp_path)
     assert records.load(tmp_path) == {"99_example": good} and path.name == "99_example.json"
     # A rebuild served from the cache keeps the record of the run that computed the rows.
-    again = {**part["provenance"], "wall_time_s": 2.0}
-    assert records.recorded_before("99_example", part["rows"], again, folder=tmp_path) == part
+    again = {**part, "provenance": {**part["provenance"], "wall_time_s": 2.0}}
+    assert records.recorded_parts_before("99_example", [again], folder=tmp_path)
     changes = ({"torch": "2.14.0"}, {"code": "new"}, {"device_type": "cpu"}, {"matmul": "tf32"})
     for changed in changes:
-        given = {**part["provenance"], **changed}
-        assert records.recorded_before("99_example", part["rows"], given, folder=tmp_path) is None
-    for rows, chapter in (([_row("a", True)], "99_example"), (part["rows"], "98_none")):
-        assert records.recorded_before(chapter, rows, part["provenance"], folder=tmp_path) is None
+        other = {**part, "provenance": {**part["provenance"], **changed}}
+        assert not records.recorded_parts_before("99_example", [other], folder=tmp_path)
+    fewer = {**part, "rows": [_row("a", True)]}
+    assert not records.recorded_parts_before("99_example", [fewer], folder=tmp_path)
+    assert not records.recorded_parts_before("98_none", [part], folder=tmp_path)
+    assert not records.recorded_parts_before("99_example", [], folder=tmp_path)
     bad = [
         _part([]),
         _part([_row("a", True), _row("a", True)]),
@@ -407,16 +409,16 @@ def test_the_comparison_puts_each_claim_beside_its_recorded_verdict():
 
 
 def test_a_partial_record_says_what_it_holds_and_leaves_the_rest_not_run(tmp_path):
-    early, fig3 = _part([_row("a", True)], [1, 2, 3]), _part([_row("c", False)], [5])
+    early = _part([_row("a", True)], [1, 2, 3])
+    fig3 = _part([_row("c", False)], [5], recorded="2026-11-24 11:00 UTC")  # another run
     for part in (early, fig3):
         given = part["provenance"]
         records.write("99_example", part["rows"], given, DEPENDS, part["sections"], tmp_path)
     (record,) = records.load(tmp_path).values()
     assert record == _record(early, fig3) and records.check(record) == []
     # a whole record and a partial one are not the same run
-    given = early["provenance"]
-    assert records.recorded_before("99_example", early["rows"], given, folder=tmp_path) is None
-    assert records.recorded_before("99_example", early["rows"], given, [1, 2, 3], tmp_path)
+    assert not records.recorded_parts_before("99_example", [{**early, "sections": None}], tmp_path)
+    assert records.recorded_parts_before("99_example", [early, fig3], tmp_path)
     here = {"99_example": [_row(k, True, profile="ci") for k in "abc"]}
     text = reports.paper_comparison(here, {"99_example": record}, {}, stale={})
     assert "Paper profile, sections 1 to 3, recorded" in text and "1 of 1 reproduce" in text
@@ -546,7 +548,8 @@ def test_tf32_products_are_emulated_on_the_cpu_and_named_in_the_cache_key(monkey
 
 
 def test_a_chapter_says_where_its_record_stands_part_by_part(tmp_path, monkeypatch):
-    early, late = _part([_row("a", True)], [1, 2, 3]), _part([_row("b", False)], [5])
+    early = _part([_row("a", True)], [1, 2, 3])
+    late = _part([_row("b", False)], [5], recorded="2026-11-23 11:00 UTC")  # another run
     for part in (early, late):
         given = part["provenance"]
         records.write("99_example", part["rows"], given, DEPENDS, part["sections"], tmp_path)
@@ -555,8 +558,8 @@ def test_a_chapter_says_where_its_record_stands_part_by_part(tmp_path, monkeypat
     )
     said = records.status("99_example", tmp_path)
     assert said.startswith("The texts' sizes (paper profile): Sections 1 to 3 recorded")
-    assert "stale: since it was made, this changed: x.f." in said
-    assert "Section 5 recorded 2026-11-23 10:00 UTC on NVIDIA H100 80GB HBM3" in said
+    assert "; stale. Sections 1 to 3: since it was made, this changed: x.f." in said
+    assert "Section 5 recorded 2026-11-23 11:00 UTC on NVIDIA H100 80GB HBM3" in said
     assert "current: none of the code its rows depend on has changed since" in said
     assert records.status("98_none", tmp_path).endswith("not been run for this chapter yet.")
     assert records.recorded_text("99_example", "a", ".1f", tmp_path) == "1.0"
@@ -565,3 +568,19 @@ def test_a_chapter_says_where_its_record_stands_part_by_part(tmp_path, monkeypat
     ledger.equal("a", "c", "s", expected=1, measured=1)
     table = records.ledger_table(ledger, tmp_path)._repr_html_()
     assert "Claims ledger: 1 of 1 reproduce" in table and "this changed: x.f" in table
+    # the parts one run was split into read as one run, each stale part named
+    split = [_part([_row("c", True)], [6]), _part([_row("d", True)], [7])]
+    for part in split:
+        part["provenance"]["recorded"] = "2026-11-24 09:00 UTC"
+    records.write_parts("99_example", split, tmp_path)
+    monkeypatch.setattr(
+        records, "staleness", lambda chapter, part: ["y.g"] if part["sections"] == [7] else []
+    )
+    said = records.status("99_example", tmp_path)
+    assert (
+        "Sections 6 to 7 recorded 2026-11-24 09:00 UTC on NVIDIA H100 80GB HBM3, commit "
+        "0123456789; stale in part. Section 7: since it was made, this changed: y.g."
+    ) in said
+    parts = records.load(tmp_path)["99_example"]["parts"]
+    assert [part["sections"] for part in parts] == [[1, 2, 3], [5], [6], [7]]
+    assert records.runs(parts) == [[0], [1], [2, 3]] and records.run_sections(parts[2:]) == [6, 7]

@@ -563,6 +563,56 @@ def cells_for(cells, sections):
     return [cell for cell in out if cell is not None]
 
 
+def claim_sections(cells):
+    """Where a chapter's cells (nbformat dicts, Markdown included) make their ledger rows:
+    [(claim, section)] in the cells' order, a claim being an id (``ledger.close_to("law.slope",
+    ...)``) or, for an id built by an f-string, its literal start followed by "*"
+    (``f"thomson.n{n}m{m}"`` -> "thomson.n*"); the section as ``section_of`` names it
+    ("setup" before the first)."""
+    code, section, made = [], "setup", []
+    for cell in cells:
+        if cell["cell_type"] == "markdown":
+            section = section_of(_text(cell)) or section
+        elif cell["cell_type"] == "code":
+            code.append((section, ast.parse(_text(cell))))
+    ledgers = _ledger_names([tree.body for _, tree in code])
+    for section, tree in code:
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Call) and node.args):
+                continue
+            if not _is_row_call(_attribute_chain(node.func), ledgers):
+                continue
+            first = node.args[0]
+            if isinstance(first, ast.Constant) and isinstance(first.value, str):
+                made.append((first.value, section))
+            elif isinstance(first, ast.JoinedStr):
+                start = ""
+                for piece in first.values:
+                    if not isinstance(piece, ast.Constant):
+                        break
+                    start += piece.value
+                made.append((start + "*", section))
+            else:  # an id held in a variable: any claim could be it
+                made.append(("*", section))
+    return made
+
+
+def section_of_claim(claim_id, made):
+    """The section whose cells make ``claim_id``, from ``claim_sections``' list: the one that
+    names it, else the one whose f-string start matches it longest; None if no cell makes it
+    or two sections could."""
+    exact = {section for claim, section in made if claim == claim_id}
+    if not exact:
+        starts = [
+            (len(claim), section)
+            for claim, section in made
+            if claim.endswith("*") and claim_id.startswith(claim[:-1])
+        ]
+        longest = max((length for length, _ in starts), default=None)
+        exact = {section for length, section in starts if length == longest}
+    return exact.pop() if len(exact) == 1 else None
+
+
 def _text(cell):
     source = cell["source"]
     return source if isinstance(source, str) else "".join(source)

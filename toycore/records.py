@@ -1,7 +1,8 @@
 """The paper profile's verdicts, kept with their provenance in ``results/paper/``.
 
 ``make book PROFILE=paper`` writes one file per chapter it executed, ``<chapter>.json``, holding
-one or more *parts*, each a run of some of the chapter's sections::
+*parts*, one per section that makes rows (``section_parts``; parts recorded before that rule may
+hold several sections, or the whole chapter)::
 
     {"chapter": "05_persian_rug", "profile": "paper",
      "parts": [{"sections": [1, 2, 3, 5]  (null: the whole chapter),
@@ -13,8 +14,10 @@ one or more *parts*, each a run of some of the chapter's sections::
 
 ``make book PROFILE=paper CHAPTERS=05 SECTIONS=1-3,5`` runs and records sections 1 to 3 and 5
 (``toycore.dependencies.cells_for``: with only the statements of other sections that they
-need); a part replaces the parts it overlaps. A chapter's recorded rows are those of all its
-parts; the intro shows the others as not run.
+need); its parts replace the parts they overlap. A chapter's recorded rows are those of all its
+parts; the intro shows the others as not run. Each part lists what its own section's rows
+depend on, so an edit stales only the sections it can change, and ``make paper-gpu`` runs only
+the sections without a current part.
 
 The folder is committed, so the intro page of any build can show, beside its own verdicts, what
 the texts' sizes gave, on which machine and when. A part's ``dependencies`` list exactly the
@@ -24,12 +27,15 @@ sizes), and ``code`` is their key. A part is stale when, and only when, that cod
 (``staleness`` says what changed): a comment, a figure or another chapter's code leaves it
 current.
 
+``python -m toycore.records --split CHAPTER`` splits a part that holds several sections into
+one part per section (``split``), each listed from the commit its run was made at.
 ``python -m toycore.records --carry-over CHAPTER`` gives parts made before records listed
 their dependencies the list computed from the commit each was recorded at (a ``git
 worktree``): each is then current exactly when that code is the code now.
 """
 
 import argparse
+import contextlib
 import datetime
 import json
 import math
@@ -51,8 +57,10 @@ from .dependencies import (
     Dependencies,
     cells_for,
     changes,
+    claim_sections,
     describe_sections,
     notebook_dependencies,
+    section_of_claim,
 )
 from .paths import REPO_ROOT
 from .profiles import PROFILES
@@ -86,7 +94,7 @@ ROW_KEYS = (
     "chapter",
 )
 # A part made with the same code, device type and libraries, with the same rows, is the same
-# run's: a rebuild that found every result in the cache keeps it (see ``recorded_before``).
+# run's: a rebuild that found every result in the cache keeps it (``recorded_parts_before``).
 SAME_RUN = ("code", "device_type", "matmul", "torch", "numpy", "scipy")
 
 
@@ -171,42 +179,112 @@ def _overlaps(a, b):
     return a is None or b is None or bool(set(a) & set(b))
 
 
-def recorded_before(chapter, rows, provenance, sections=None, folder=None):
-    """The part of ``chapter``'s record for these ``sections`` if it holds these rows from the
-    same code, device type and libraries (its date and wall time are then the run that computed
-    them), else None."""
-    record = load(folder).get(chapter)
+def by_section(chapter, rows, sections=None, root=None):
+    """``rows`` grouped by the section whose cells make them, {section number: rows}, from the
+    chapter's notebook under ``root`` (``toycore.dependencies.claim_sections``); a clear error
+    for a row that no one section of ``sections`` (None: any) makes."""
+    cells = json.loads(notebook_of(chapter, root).read_text())["cells"]
+    made = claim_sections(cells)
+    groups = {}
+    for row in rows:
+        section = section_of_claim(row["id"], made)
+        if section is None or not section.isdigit() or (sections and int(section) not in sections):
+            raise ValueError(
+                f"{chapter}: claim {row['id']!r} is not made by one numbered section of "
+                f"{describe_sections(sections)}, so its rows cannot be recorded by section"
+            )
+        groups.setdefault(int(section), []).append(row)
+    return dict(sorted(groups.items()))
+
+
+def claimed_sections(chapter, root=None):
+    """The numbered sections of ``chapter``'s notebook whose cells make ledger rows."""
+    cells = json.loads(notebook_of(chapter, root).read_text())["cells"]
+    return sorted({int(s) for _, s in claim_sections(cells) if s.isdigit()})
+
+
+def unheld(record, chapter, sections=None):
+    """Which of ``sections`` (None: every section that makes rows) ``record`` does not hold in
+    current parts, in order; [] when it holds them all."""
+    wanted = claimed_sections(chapter) if sections is None else list(sections)
+    held = set()
     for part in record["parts"] if record else []:
-        if (
-            part["sections"] == sections
-            and json.dumps(part["rows"]) == json.dumps(rows)
-            and all(part["provenance"].get(key) == provenance[key] for key in SAME_RUN)
-        ):
-            return part
-    return None
+        if staleness(chapter, part):
+            continue
+        if part["sections"] is None:
+            return []
+        held |= set(part["sections"])
+    return [section for section in wanted if section not in held]
 
 
-def write(chapter, rows, provenance, dependencies, sections=None, folder=None):
-    """Record ``sections`` (None: the whole chapter) of one chapter's paper-profile ledger with
-    what they depend on (``dependencies``, whose key is ``provenance["code"]``), in place of the
-    parts of its record they overlap. Returns the file's path."""
-    path = (folder or FOLDER) / f"{chapter}.json"
+def section_parts(chapter, rows, provenance, sections=None, code=None, root=None):
+    """One part per section for the rows a run of ``chapter``'s ``sections`` (None: all) made,
+    each listing what its own section depends on (``chapter_dependencies``, with ``code`` and
+    the notebook under ``root``), so that an edit stales only the sections whose rows it can
+    change. ``provenance``: the run's, each part's ``code`` its own key."""
     profile = rows[0]["profile"] if rows else "paper"
-    record = load(folder).get(chapter) or dict(chapter=chapter, profile=profile, parts=[])
-    part = dict(
-        sections=sections,
-        provenance=provenance,
-        dependencies=dependencies.to_json(),
-        rows=rows,
+    parts = []
+    for section, held in by_section(chapter, rows, sections, root).items():
+        dependencies = chapter_dependencies(chapter, [section], code, root, profile)
+        parts.append(
+            dict(
+                sections=[section],
+                provenance={**provenance, "code": dependencies.key},
+                dependencies=dependencies.to_json(),
+                rows=held,
+            )
+        )
+    return parts
+
+
+def recorded_parts_before(chapter, parts, folder=None):
+    """Whether ``chapter``'s record already holds each of ``parts`` (``section_parts``): the
+    same sections and rows from the same code, device type and libraries; its dates and wall
+    times are then those of the run that computed them."""
+    record = load(folder).get(chapter)
+    held = record["parts"] if record else []
+    return bool(parts) and all(
+        any(
+            old["sections"] == part["sections"]
+            and json.dumps(old["rows"]) == json.dumps(part["rows"])
+            and all(old["provenance"].get(key) == part["provenance"][key] for key in SAME_RUN)
+            for old in held
+        )
+        for part in parts
     )
-    kept = [old for old in record["parts"] if not _overlaps(old["sections"], sections)]
-    record["parts"] = sorted(kept + [part], key=lambda p: (p["sections"] or [0])[0])
+
+
+def write_parts(chapter, parts, folder=None):
+    """Put ``parts`` into ``chapter``'s record in place of the parts they overlap. Returns the
+    file's path."""
+    path = (folder or FOLDER) / f"{chapter}.json"
+    profile = parts[0]["rows"][0]["profile"] if parts and parts[0]["rows"] else "paper"
+    record = load(folder).get(chapter) or dict(chapter=chapter, profile=profile, parts=[])
+    kept = [
+        old
+        for old in record["parts"]
+        if not any(_overlaps(old["sections"], part["sections"]) for part in parts)
+    ]
+    record["parts"] = sorted(kept + list(parts), key=lambda p: (p["sections"] or [0])[0])
     problems = check(record)
     if problems:
         raise ValueError(f"not a record of {chapter}: {'; '.join(problems)}")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n")
     return path
+
+
+def write(chapter, rows, provenance, dependencies, sections=None, folder=None):
+    """Record ``sections`` (None: the whole chapter) of one chapter's paper-profile ledger with
+    what they depend on (``dependencies``, whose key is ``provenance["code"]``), in place of the
+    parts of its record they overlap. Returns the file's path."""
+    part = dict(
+        sections=sections,
+        provenance=provenance,
+        dependencies=dependencies.to_json(),
+        rows=rows,
+    )
+    return write_parts(chapter, [part], folder)
 
 
 def rows_of(record):
@@ -269,27 +347,67 @@ def beside(ledger, *prefixes, folder=None, anchors=False):
     )
 
 
-def part_line(part, changed):
-    """One sentence on a part: which sections, where and when, current or what changed."""
-    given = part["provenance"]
+def runs(parts):
+    """The indices of ``parts`` grouped by the run that made them (the same commit, date,
+    device and wall time: the parts a run of several sections was split into), in order."""
+    groups = {}
+    for k, part in enumerate(parts):
+        given = part["provenance"]
+        key = (given["commit"], given["recorded"], given["device"], given["wall_time_s"])
+        groups.setdefault(key, []).append(k)
+    return list(groups.values())
+
+
+def run_sections(parts):
+    """The sections a run's ``parts`` hold together: None if one holds the whole chapter."""
+    if any(part["sections"] is None for part in parts):
+        return None
+    return sorted(set().union(*(part["sections"] for part in parts)))
+
+
+def holds_every_section(record):
+    """Whether ``record``'s parts hold the whole chapter: a part of it all, or parts for every
+    section whose cells make rows in the chapter's notebook."""
+    if run_sections(record["parts"]) is None:
+        return True
+    if not notebook_of(record["chapter"]).exists():
+        return False
+    return set(claimed_sections(record["chapter"])) <= set(run_sections(record["parts"]))
+
+
+def run_line(parts, changed):
+    """One sentence on a run's ``parts``: which sections, where and when, and whether current;
+    then one on each stale part, what changed (``changed``: per part, empty when current)."""
+    given = parts[0]["provenance"]
+    stale = [(part, c) for part, c in zip(parts, changed) if c]
     state = (
-        f"stale: since it was made, this changed: {', '.join(changed)}"
-        if changed
-        else "current: none of the code its rows depend on has changed since"
+        "current: none of the code its rows depend on has changed since"
+        if not stale
+        else "stale in part"
+        if len(stale) < len(parts)
+        else "stale"
     )
-    return (
-        f"{describe_sections(part['sections']).capitalize()} recorded {given['recorded']} on "
+    lines = [
+        f"{describe_sections(run_sections(parts)).capitalize()} recorded {given['recorded']} on "
         f"{given['device']}, commit {given['commit'][:10]}; {state}."
-    )
+    ]
+    lines += [
+        f"{describe_sections(part['sections']).capitalize()}: since it was made, this changed: "
+        f"{', '.join(c)}."
+        for part, c in stale
+    ]
+    return " ".join(lines)
 
 
 def status(chapter, folder=None):
-    """Where ``chapter``'s paper record stands, part by part (``part_line``), or that there is
+    """Where ``chapter``'s paper record stands, run by run (``run_line``), or that there is
     none."""
     record = load(folder).get(chapter)
     if record is None:
         return "The texts' sizes (paper profile) have not been run for this chapter yet."
-    lines = [part_line(part, staleness(chapter, part)) for part in record["parts"]]
+    parts = record["parts"]
+    changed = [staleness(chapter, part) for part in parts]
+    lines = [run_line([parts[k] for k in run], [changed[k] for k in run]) for run in runs(parts)]
     return "The texts' sizes (paper profile): " + " ".join(lines)
 
 
@@ -493,9 +611,9 @@ def _list(part, dependencies):
     part["dependencies"] = dependencies.to_json()
 
 
-def _dependencies_at(chapter, sections, commit, root, profile="paper"):
-    """What ``chapter``'s ``sections`` depended on at ``commit`` (a worktree checked out), and
-    that commit's Code."""
+@contextlib.contextmanager
+def _worktree(commit, root):
+    """``commit`` checked out (a ``git worktree``) for the duration: its folder."""
     with tempfile.TemporaryDirectory() as scratch:
         tree = Path(scratch) / "tree"
         subprocess.run(
@@ -504,12 +622,81 @@ def _dependencies_at(chapter, sections, commit, root, profile="paper"):
             check=True,
         )
         try:
-            code = Code.from_folder(tree / "toycore")
-            return chapter_dependencies(chapter, sections, code, root=tree, profile=profile), code
+            yield tree
         finally:
             subprocess.run(
                 ["git", "worktree", "remove", "--force", str(tree)], cwd=root, check=True
             )
+
+
+def _dependencies_at(chapter, sections, commit, root, profile="paper"):
+    """What ``chapter``'s ``sections`` depended on at ``commit``, and that commit's Code."""
+    with _worktree(commit, root) as tree:
+        code = Code.from_folder(tree / "toycore")
+        return chapter_dependencies(chapter, sections, code, root=tree, profile=profile), code
+
+
+def split(chapter, folder=None, root=REPO_ROOT, log=print):
+    """Make each part of ``chapter``'s record that holds more than one section one part per
+    section (``section_parts``), each listing what its own section depended on at the commit
+    the part was recorded at, so that an edit stales only the sections it can change; only
+    where that commit's code is what the part lists (its list, read again from the commit,
+    has the part's key). The rows, verdicts and provenance stay the run's. Returns, per part
+    of the new record, what changed since (empty: current)."""
+    path = (folder or FOLDER) / f"{chapter}.json"
+    record = json.loads(path.read_text())
+    profile = record["profile"]
+    parts = []
+    for part in record["parts"]:
+        if part["sections"] is not None and len(part["sections"]) == 1:
+            parts.append(part)
+            continue
+        given, pieces = part["provenance"], []
+        refused = _not_relisted(part)
+        if not refused:
+            with _worktree(given["commit"], root) as tree:
+                code = Code.from_folder(tree / "toycore")
+                then = chapter_dependencies(chapter, part["sections"], code, tree, profile)
+                if then.key != given["code"]:
+                    refused = "the commit's code is not what the part lists"
+                else:
+                    try:
+                        pieces = section_parts(
+                            chapter, part["rows"], given, part["sections"], code, tree
+                        )
+                    except ValueError as error:
+                        refused = str(error)
+        if refused:
+            log(f"{chapter}, {describe_sections(part['sections'])}: not split: {refused}")
+            parts.append(part)
+            continue
+        for piece in pieces:
+            piece["provenance"]["split"] = (
+                f"{_now()}: its rows of a run of {describe_sections(part['sections'])}, listed "
+                f"with what its section depends on from commit {given['commit'][:10]}'s code "
+                f"(toycore.dependencies); the verdicts are the run's"
+            )
+        parts += pieces
+    record["parts"] = sorted(parts, key=lambda p: (p["sections"] or [0])[0])
+    problems = check(record)
+    if problems:
+        raise ValueError(f"not a record of {chapter}: {'; '.join(problems)}")
+    path.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n")
+    now_code = Code.from_folder(root / "toycore")
+    outcomes = [
+        staleness(
+            chapter,
+            part,
+            chapter_dependencies(chapter, part["sections"], now_code, root, profile),
+        )
+        for part in record["parts"]
+    ]
+    for part, changed in zip(record["parts"], outcomes):
+        log(
+            f"{chapter}, {describe_sections(part['sections'])}: "
+            + ("current" if not changed else "stale: " + ", ".join(changed))
+        )
+    return outcomes
 
 
 def main(argv=None):
@@ -524,6 +711,13 @@ def main(argv=None):
         help="list what these records depend on, from the commit each part was recorded at",
     )
     given.add_argument(
+        "--split",
+        nargs="+",
+        metavar="CHAPTER",
+        help="make each part that holds several sections one part per section, each listing "
+        "what its section depends on, read from the commit it was recorded at",
+    )
+    given.add_argument(
         "--relist",
         nargs="+",
         metavar="CHAPTER",
@@ -533,13 +727,13 @@ def main(argv=None):
     args = parser.parse_args(argv)
     known = sorted(path.stem for path in FOLDER.glob("*.json"))
     chosen = []
-    for name in args.carry_over or args.relist:  # a chapter's name or number, as make book
+    for name in args.carry_over or args.relist or args.split:  # a name or number, as make book
         matches = [stem for stem in known if name in (stem, stem.split("_")[0])]
         if not matches:
             parser.error(f"no record of {name!r}; the records are {', '.join(known)}")
         chosen += matches
     for chapter in chosen:
-        (carry_over if args.carry_over else relist)(chapter)
+        (carry_over if args.carry_over else relist if args.relist else split)(chapter)
     return 0
 
 

@@ -180,12 +180,16 @@ def build(
                         f"while it ran ({', '.join(changes(before[notebook.stem], now))})"
                     )
                 given = records.provenance(notebook.stem, device, seconds, at_once, now.key)
-                kept = records.recorded_before(notebook.stem, rows, given, sections, records_folder)
-                if kept:  # every result came from the cache: the record's time is the real run's
-                    log(f"  same results as the record of {kept['provenance']['recorded']}, kept")
+                # one part per section, each with what its own section depends on
+                parts = records.section_parts(
+                    notebook.stem, rows, given, sections, Code.from_folder(PACKAGE)
+                )
+                if records.recorded_parts_before(notebook.stem, parts, records_folder):
+                    # every result came from the cache: the record's times are the real run's
+                    log("  same results as the record already holds, kept")
                 else:
-                    path = records.write(notebook.stem, rows, given, now, sections, records_folder)
-                    log(f"  recorded in {shown(path)}")
+                    path = records.write_parts(notebook.stem, parts, records_folder)
+                    log(f"  recorded in {shown(path)}, {len(parts)} section(s)")
 
         # The kernels papermill starts inherit these: the profile and device for code that reads
         # them, the build folder for the ledgers, and no progress bars in the saved pages.

@@ -98,16 +98,6 @@ PROVIDED = frozenset(
 EXECUTION_STACK = ("papermill", "nbformat", "ipykernel", "ipywidgets")
 
 
-def covered(record, sections):
-    """Whether ``record`` holds ``sections`` (None: the whole chapter) in current parts."""
-    for part in record["parts"] if record else []:
-        if records.staleness(record["chapter"], part):
-            continue
-        if part["sections"] is None or (sections and set(sections) <= set(part["sections"])):
-            return True
-    return False
-
-
 def parse_parts(text):
     """A plan from the command line: parts separated by spaces, each ``chapter`` (the whole
     chapter, by its name or number) or ``chapter:s,t`` (those sections), run in the order
@@ -175,9 +165,14 @@ def run(
     process_log = Path(build_dir()) / "paper-run-processes.log"
     progress_log = process_log.with_name(PROGRESS_FILE)
     process_log.parent.mkdir(parents=True, exist_ok=True)
-    for chapter, sections in plan:
-        name = f"{chapter}, {describe_sections(sections)}"
-        if covered(records.load(folder).get(chapter), sections):
+    for chapter, planned in plan:
+        name = f"{chapter}, {describe_sections(planned)}"
+        record = records.load(folder).get(chapter)
+        # only the sections without a current part run: an edit re-runs what it staled
+        sections = records.unheld(record, chapter, planned)
+        if planned is None and sections == records.claimed_sections(chapter):
+            sections = None  # nothing held: the whole chapter
+        if sections == []:
             outcome = "already recorded and current"
         elif deadline - time.monotonic() < min_start:
             outcome = f"not started: {max(0, deadline - time.monotonic()):.0f} s left"

@@ -6,7 +6,7 @@ import re
 
 from ..claims import anchor, expected_to_fail, explanation, outside
 from ..dependencies import describe_sections
-from ..records import rows_of
+from ..records import holds_every_section, rows_of, run_sections, runs
 
 LEDGER_MARKER = "<!-- claims-ledger -->"
 PAPER_MARKER = "<!-- paper-ledger -->"
@@ -77,10 +77,13 @@ def verdict_words(row, rows=()):
     )
 
 
-def _stale_sentence(changed):
-    """One sentence on a stale record: what changed since it was made."""
+def _stale_sentence(changed, sections=""):
+    """One sentence on a stale record (``sections``: of the record's which): what changed since
+    it was made."""
+    which = f" of {sections}" if sections else ""
     return (
-        f"The record is stale: since it was made, this changed: {html.escape(', '.join(changed))}."
+        f"The record{which} is stale: since it was made, this changed: "
+        f"{html.escape(', '.join(changed))}."
     )
 
 
@@ -97,12 +100,15 @@ def paper_comparison(ledgers, recorded, titles, stale):
         lines += [f"### [{titles.get(stem, stem)}](chapters/{stem}.ipynb)", ""]
         if record is None:
             lines.append("The paper profile has not been run for this chapter yet.")
-        partial = bool(record) and any(part["sections"] for part in record["parts"])
-        for k, part in enumerate(record["parts"] if record else []):
-            given = part["provenance"]
+        partial = bool(record) and not holds_every_section(record)
+        parts = record["parts"] if record else []
+        for run in runs(parts):
+            given = parts[run[0]]["provenance"]
             changes = " with uncommitted changes" if given["uncommitted_changes"] else ""
-            tested = [row for row in part["rows"] if not outside(row)]
-            held = f", {describe_sections(part['sections'])}," if partial else ""
+            made = [row for k in run for row in parts[k]["rows"]]
+            tested = [row for row in made if not outside(row)]
+            sections = run_sections([parts[k] for k in run])
+            held = f", {describe_sections(sections)}," if sections is not None else ""
             lines.append(
                 f"Paper profile{held} recorded {given['recorded']} on {given['device']} "
                 f"(`{given['device_type']}`), torch {given['torch']}, commit "
@@ -110,13 +116,15 @@ def paper_comparison(ledgers, recorded, titles, stale):
                 f"({given['chapters_at_once']} chapter(s) at a time): "
                 f"{sum(row['passed'] for row in tested)} of {len(tested)} reproduce"
                 + (
-                    f", {len(part['rows']) - len(tested)} outside the text's regime."
-                    if len(tested) < len(part["rows"])
+                    f", {len(made) - len(tested)} outside the text's regime."
+                    if len(tested) < len(made)
                     else "."
                 )
             )
-            if stale.get(stem) and stale[stem][k]:
-                lines.append(" " + _stale_sentence(stale[stem][k]))
+            for k in run:
+                if stale.get(stem) and stale[stem][k]:
+                    held = describe_sections(parts[k]["sections"]) if len(run) > 1 else ""
+                    lines.append(" " + _stale_sentence(stale[stem][k], held))
         if partial:
             lines.append(
                 " The other rows have not been run at the texts' sizes (**not run** below)."

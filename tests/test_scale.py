@@ -578,7 +578,7 @@ def test_a_chapter_says_where_its_record_stands_part_by_part(tmp_path, monkeypat
     )
     said = records.status("99_example", tmp_path)
     assert (
-        "Sections 6 to 7 recorded 2026-11-24 09:00 UTC on NVIDIA H100 80GB HBM3, commit "
+        "Sections 6 and 7 recorded 2026-11-24 09:00 UTC on NVIDIA H100 80GB HBM3, commit "
         "0123456789; stale in part. Section 7: since it was made, this changed: y.g."
     ) in said
     parts = records.load(tmp_path)["99_example"]["parts"]

@@ -507,7 +507,10 @@ def describe_sections(sections):
         if start is None:
             start = section
         if k + 1 == len(sections) or sections[k + 1] != section + 1:
-            runs.append(f"{start}" if start == section else f"{start} to {section}")
+            if section - start == 1:  # two in a row: "6 and 7", not "6 to 7"
+                runs += [f"{start}", f"{section}"]
+            else:
+                runs.append(f"{start}" if start == section else f"{start} to {section}")
             start = None
     words = runs[0] if len(runs) == 1 else ", ".join(runs[:-1]) + " and " + runs[-1]
     return ("section " if len(sections) == 1 else "sections ") + words

@@ -125,6 +125,19 @@ def chapter_dependencies(chapter, sections=None, code=None, root=None, profile="
     return notebook_dependencies(code, cells_for(cells, sections), profile)
 
 
+_NOW = {}  # (chapter, sections, profile, the notebook's mtime and size) -> Dependencies
+
+
+def _dependencies_now(chapter, sections, profile):
+    """``chapter_dependencies`` with the code this process imported and the notebook as it is
+    on disk, computed once per process: a chapter's tables ask for every part's each time."""
+    stat = notebook_of(chapter).stat()
+    key = (chapter, sections and tuple(sections), profile, stat.st_mtime_ns, stat.st_size)
+    if key not in _NOW:
+        _NOW[key] = chapter_dependencies(chapter, sections, profile=profile)
+    return _NOW[key]
+
+
 def staleness(chapter, part, now=None):
     """What changed since ``part`` of ``chapter``'s record was made, in short phrases (empty:
     it is current). ``now``: what it would depend on now (default: computed)."""
@@ -134,7 +147,7 @@ def staleness(chapter, part, now=None):
     if now is None:
         if not notebook_of(chapter).exists():
             return ["the chapter is gone"]
-        now = chapter_dependencies(chapter, part["sections"], profile=_profile(part))
+        now = _dependencies_now(chapter, part["sections"], _profile(part))
     if now.key == given["key"]:
         return []
     return changes(Dependencies.from_json(given), now)

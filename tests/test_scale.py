@@ -560,7 +560,18 @@ def test_a_chapter_says_where_its_record_stands_part_by_part(tmp_path, monkeypat
     assert said.startswith("The texts' sizes (paper profile): Sections 1 to 3 recorded")
     assert "; stale. Sections 1 to 3: since it was made, this changed: x.f." in said
     assert "Section 5 recorded 2026-11-23 11:00 UTC on NVIDIA H100 80GB HBM3" in said
-    assert "current: none of the code its rows depend on has changed since" in said
+    assert said.endswith(
+        "current. Current: none of the code their rows depend on has changed since they were made."
+    )
+    # a section's table speaks of the runs that hold its sections only
+    assert records.status("99_example", tmp_path, [5]) == (
+        "The texts' sizes (paper profile): Section 5 recorded 2026-11-23 11:00 UTC on NVIDIA H100 "
+        "80GB HBM3, commit 0123456789; current. Current: none of the code their rows depend on "
+        "has changed since they were made."
+    )
+    assert records.status("99_example", tmp_path, [4]).endswith(
+        "have not been run for section 4 yet."
+    )
     assert records.status("98_none", tmp_path).endswith("not been run for this chapter yet.")
     assert records.recorded_text("99_example", "a", ".1f", tmp_path) == "1.0"
     assert records.recorded_text("99_example", "zz", folder=tmp_path) == "not yet recorded"

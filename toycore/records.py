@@ -353,7 +353,7 @@ def beside(ledger, *prefixes, folder=None, anchors=False):
     return BesideTable(
         rows,
         recorded,
-        status(ledger.chapter, folder),
+        status(ledger.chapter, folder, _sections_making(ledger.chapter, rows + recorded)),
         contexts,
         profile=ledger.profile,
         anchors=anchors,
@@ -393,13 +393,7 @@ def run_line(parts, changed):
     then one on each stale part, what changed (``changed``: per part, empty when current)."""
     given = parts[0]["provenance"]
     stale = [(part, c) for part, c in zip(parts, changed) if c]
-    state = (
-        "current: none of the code its rows depend on has changed since"
-        if not stale
-        else "stale in part"
-        if len(stale) < len(parts)
-        else "stale"
-    )
+    state = "current" if not stale else "stale in part" if len(stale) < len(parts) else "stale"
     lines = [
         f"{describe_sections(run_sections(parts)).capitalize()} recorded {given['recorded']} on "
         f"{given['device']}, commit {given['commit'][:10]}; {state}."
@@ -412,15 +406,33 @@ def run_line(parts, changed):
     return " ".join(lines)
 
 
-def status(chapter, folder=None):
+def _sections_making(chapter, rows):
+    """The numbered sections of ``chapter`` whose cells make ``rows``, or None where the
+    notebook does not say (then a table speaks of the whole record)."""
+    if not notebook_of(chapter).exists():
+        return None
+    made = claim_sections(json.loads(notebook_of(chapter).read_text())["cells"])
+    found = {section_of_claim(row["id"], made) for row in rows}
+    numbered = sorted(int(section) for section in found if section and section.isdigit())
+    return numbered or None
+
+
+def status(chapter, folder=None, sections=None):
     """Where ``chapter``'s paper record stands, run by run (``run_line``), or that there is
-    none."""
+    none; of its ``sections`` only, where given (a section's table)."""
     record = load(folder).get(chapter)
     if record is None:
         return "The texts' sizes (paper profile) have not been run for this chapter yet."
-    parts = record["parts"]
+    parts = [part for part in record["parts"] if _overlaps(part["sections"], sections)]
+    if not parts:
+        which = describe_sections(sections)
+        return f"The texts' sizes (paper profile) have not been run for {which} yet."
     changed = [staleness(chapter, part) for part in parts]
     lines = [run_line([parts[k] for k in run], [changed[k] for k in run]) for run in runs(parts)]
+    if not all(changed):
+        lines.append(
+            "Current: none of the code their rows depend on has changed since they were made."
+        )
     return "The texts' sizes (paper profile): " + " ".join(lines)
 
 

@@ -87,6 +87,16 @@ def _stale_sentence(changed, sections=""):
     )
 
 
+def _chapters_at_once(count):
+    """ "one chapter at a time", "2 chapters at a time"."""
+    return "one chapter at a time" if count == 1 else f"{count} chapters at a time"
+
+
+def _reproduce(held, tested):
+    """ "1 of 1 reproduces", "3 of 5 reproduce"."""
+    return f"{held} of {tested} " + ("reproduces" if held == 1 else "reproduce")
+
+
 def paper_comparison(ledgers, recorded, titles, stale):
     """The intro's claim-by-claim table: this build's verdict beside the paper profile's
     recorded one, with where and when each part of the record was made. ``recorded``:
@@ -113,8 +123,8 @@ def paper_comparison(ledgers, recorded, titles, stale):
                 f"Paper profile{held} recorded {given['recorded']} on {given['device']} "
                 f"(`{given['device_type']}`), torch {given['torch']}, commit "
                 f"`{given['commit'][:10]}`{changes}, in {given['wall_time_s'] / 60:.1f} min "
-                f"({given['chapters_at_once']} chapter(s) at a time): "
-                f"{sum(row['passed'] for row in tested)} of {len(tested)} reproduce"
+                f"({_chapters_at_once(given['chapters_at_once'])}): "
+                f"{_reproduce(sum(row['passed'] for row in tested), len(tested))}"
                 + (
                     f", {len(made) - len(tested)} outside the text's regime."
                     if len(tested) < len(made)

@@ -291,11 +291,11 @@ def test_this_builds_rows_stand_beside_the_recorded_ones():
     assert f"<td>0.9 ± 0.01{wanted}" in at_64 and "does not reproduce" in at_64
     noted = wanted.replace("</td>", "<br><small>3 &lt;seeds&gt;</small></td>")  # the note, escaped
     assert f'<td>0.98 ± 0.01{noted}<td><span style="color:#1a7f37">reproduces' in at_64
-    assert at_2048.startswith("<td>at 2048</td><td>not run</td>")
+    assert at_2048.startswith("<td>at 2048</td><td>not in this build</td>")
     assert "id=" not in html
     # a build that ran none of the claims still says which profile it is
     alone = BesideTable([], recorded, "recorded somewhere", profile="cpu")._repr_html_()
-    assert "this build (<code>cpu</code>)" in alone and alone.count("not run") == 2
+    assert "this build (<code>cpu</code>)" in alone and alone.count("not in this build") == 2
     # a value that four digits would print as its bound gets the digits that tell them apart
     ledger.at_least("h.bound", "just above", "s", measured=1.0004061, bound=1)
     assert "<td>1.0004<br><small>expected ≥ 1" in BesideTable(ledger.rows, [], "")._repr_html_()

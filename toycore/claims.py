@@ -352,9 +352,9 @@ class BesideTable:
         self.contexts = contexts or (rows, recorded)
         self.profile = profile or (rows[0]["profile"] if rows else "?")
 
-    def _cell(self, row, context):
+    def _cell(self, row, context, missing):
         if row is None:
-            return "<td>not run</td><td></td>"
+            return f"<td>{missing}</td><td></td>"
         measured = _measured(row)
         if row.get("spread") is not None:
             measured += f" ± {_format(row['spread'])}"
@@ -374,8 +374,8 @@ class BesideTable:
         body = [
             f"<tr{_row_id(i) if self.anchors else ''}>"
             f"<td>{html.escape((here.get(i) or there[i])['claim'])}</td>"
-            f"{self._cell(here.get(i), self.contexts[0])}"
-            f"{self._cell(there.get(i), self.contexts[1])}</tr>"
+            f"{self._cell(here.get(i), self.contexts[0], 'not in this build')}"
+            f"{self._cell(there.get(i), self.contexts[1], 'not run')}</tr>"
             for i in ids
         ]
         caption = f"<caption>{html.escape(self.source)}</caption>"

@@ -190,11 +190,12 @@ def _value(row):
     return f"{measured} (the claim: {bound}{row['expected']:.4g}{tolerance})"
 
 
-def _side(row, rows, stale=False):
+def _side(row, rows, stale=False, missing="not run"):
     """One side's cell in the findings table: the verdict, the value, and a warning when it
-    comes from a stale record. ``rows``: that side's rows (the build's or the record's)."""
+    comes from a stale record. ``rows``: that side's rows (the build's or the record's);
+    ``missing``: what the cell says where that side lacks the claim."""
     if row is None:
-        return "not run"
+        return missing
     words = f"{verdict_words(row, rows)}: {html.escape(_value(row))}"
     if stale:
         words += " <em>(from a stale record)</em>"
@@ -314,7 +315,7 @@ def findings(ledgers, corrections, recorded, anchors, stale):
                 )
                 stale_row = bool(theirs and old and old[theirs["part"]])
                 cells = (
-                    f"<td>{_side(mine, contexts[0])}</td>"
+                    f"<td>{_side(mine, contexts[0], missing='not in this build')}</td>"
                     f"<td>{_side(theirs, contexts[1], stale_row) if record else 'no record'}"
                     "</td></tr>"
                 )

@@ -2,6 +2,7 @@
 
 import json
 import re
+import shutil
 import time
 
 import pytest
@@ -9,7 +10,9 @@ from bs4 import BeautifulSoup
 
 from toycore import book
 from toycore.book import config, execute
+from toycore.cache import PACKAGE
 from toycore.claims import unexpected_verdicts
+from toycore.paths import REPO_ROOT
 
 
 def chapter_pages(build_dir):
@@ -164,6 +167,20 @@ def test_a_kernel_that_dies_fails_the_build_naming_chapter_and_cell(tmp_path):
         if "injected-parameters" not in cell.metadata.get("tags", [])
     ]
     assert statuses == ["completed", "completed", "failed", "pending"]
+
+
+def test_an_edit_anywhere_in_toycore_executes_a_chapter_again(tmp_path):
+    """The execution key reads every file of the package, its sizes and experiments included,
+    not only the build's own (it once read toycore/book alone, and a changed size reused the
+    execution made before it)."""
+    package = tmp_path / "toycore"
+    shutil.copytree(PACKAGE, package, ignore=shutil.ignore_patterns("__pycache__"))
+    notebook = REPO_ROOT / "chapters" / "03_incidental_polysemanticity.ipynb"
+    before = execute.execution_key(notebook, "ci", "cpu", package)
+    assert execute.execution_key(notebook, "ci", "cpu", package) == before
+    sizes = package / "sizes.py"
+    sizes.write_text(sizes.read_text().replace("range(16)", "range(17)", 1))
+    assert execute.execution_key(notebook, "ci", "cpu", package) != before
 
 
 def test_a_chapter_is_executed_again_only_when_something_it_reads_changed(tmp_path, monkeypatch):

@@ -125,9 +125,9 @@ def test_forced_collisions_share_the_largest_coordinate():
 
 def test_split_neurons_keeps_the_gram_matrix():
     W = th.paired(4, 6, sign=-1)[None].clone()
-    starts, features, source = ex.split_neurons(W, noise=0.0, seed=0)
+    starts, features, source, columns = ex.split_neurons(W, noise=0.0, seed=0)
     assert starts.shape == (2, 4, 7) and source.tolist() == [0, 0]
-    assert features.tolist() == [[0, 1], [2, 3]]
+    assert features.tolist() == [[0, 1], [2, 3]] and columns.tolist() == [0, 1]
     for start in starts:
         torch.testing.assert_close(start @ start.T, W[0] @ W[0].T)
     with pytest.raises(ValueError, match="no polysemantic neuron"):
@@ -136,9 +136,9 @@ def test_split_neurons_keeps_the_gram_matrix():
 
 def test_split_neurons_draws_at_most_per_model_of_each_models_neurons():
     W = torch.stack([th.paired(6, 8, sign=-1), th.paired(4, 8, sign=-1)[[0, 1, 2, 3, 0, 1]]])
-    every, _, source = ex.split_neurons(W, noise=0.01, seed=0)
+    every, _, source, _ = ex.split_neurons(W, noise=0.01, seed=0)
     assert source.tolist() == [0, 0, 0, 1, 1]  # 3 and 2 polysemantic neurons
-    starts, features, source = ex.split_neurons(W, noise=0.01, seed=0, per_model=2)
+    starts, features, source, _ = ex.split_neurons(W, noise=0.01, seed=0, per_model=2)
     assert source.tolist() == [0, 0, 1, 1]
     for start, pair in zip(starts, features):  # each a split of a neuron the two features shared
         assert torch.equal(start[pair[0], -1].abs() > 0.5, start[pair[1], -1].abs() > 0.5)
@@ -252,3 +252,28 @@ def test_the_untied_model_on_the_basis_skips_the_identity_product_bit_for_bit():
         results.append([loss, *torch.autograd.grad(loss.sum(), [model.E, model.D])])
     for ours, reference in zip(*results):
         assert torch.equal(ours, reference)
+
+
+def test_the_coupling_of_a_split_s_two_races_is_zero_when_they_are_independent():
+    # leads on k (column 0) or on the copy (the last column), for the two features
+    starts = torch.zeros(4, 2, 3)
+    starts[:, :, 0] = torch.tensor([[0.8, 0.8], [0.6, 0.6], [0.8, 0.6], [0.6, 0.8]])
+    starts[:, :, -1] = 1.4 - starts[:, :, 0]
+    features, columns = torch.tensor([[0, 1]] * 4), torch.zeros(4, dtype=torch.long)
+    assert ex.shared_leads(starts, features, columns).tolist() == [True, True, False, False]
+    # independent races in which each lead holds with probability q: both rates add to 1
+    rng = np.random.default_rng(0)
+    q, count = 0.8, 40_000
+    shared = rng.random(count) < 0.5
+    kept = rng.random((count, 2)) < q
+    separated = np.where(shared, kept[:, 0] != kept[:, 1], kept[:, 0] == kept[:, 1])
+    found = ex.split_coupling(separated, shared)
+    assert abs(found.excess) < 3 * found.se and found.together == pytest.approx(
+        2 * q * (1 - q), abs=0.01
+    )
+    # a copy ahead in both races that loses one of them more often: coupled towards separation
+    separated = np.where(shared, separated | (rng.random(count) < 0.3), separated)
+    coupled = ex.split_coupling(separated, shared)
+    assert coupled.excess > 10 * coupled.se
+    with pytest.raises(ValueError, match="same and on different copies"):
+        ex.split_coupling(separated[:3], np.ones(3, dtype=bool))

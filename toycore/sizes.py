@@ -124,7 +124,7 @@ POLYSEMANTIC = dict(
         flow=dict(n=32, m=128, seeds=range(4), l1=0.01, steps=4000, lr=0.05),
         law=dict(n=64, ms=[64, 128, 256], seeds=range(8), steps=7500),  # Figure 3's sweep over m
         # section 5's proposed fix, on at most per_model polysemantic neurons of each source model
-        split=dict(seeds=range(8), steps=6000, per_model=16),
+        split=dict(seeds=range(16), steps=6000, per_model=16),
         explorer=dict(n=16, ms=[16, 32], l1s=[1e-3, 1e-2], steps=3000),
         # section 5's "until m ≈ n²": Figure 3's setting at a small n, m from n to n²
         persist=dict(n=8, ms=[8, 16, 32, 64], seeds=range(64)),

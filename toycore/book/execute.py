@@ -28,7 +28,7 @@ from papermill.exceptions import PapermillExecutionError
 from traitlets.config import Config
 
 from .. import devices, records, shards
-from ..cache import EXECUTED, cache_root
+from ..cache import EXECUTED, PACKAGE, cache_root
 from ..claims import ledger_files
 from ..profiles import resolve_profile
 from .config import shown
@@ -127,12 +127,11 @@ EXECUTION_STACK = (
 )
 
 
-def execution_key(notebook, profile, device):
+def execution_key(notebook, profile, device, package=PACKAGE):
     """A hash of everything executing ``notebook`` reads: the notebook, every file of toycore
-    (its code, sizes and the in-page script), the paper records the pages quote, the profile,
-    the device type, Python's version and those of EXECUTION_STACK."""
+    (``package``: its code, sizes and the in-page script), the paper records the pages quote,
+    the profile, the device type, Python's version and those of EXECUTION_STACK."""
     digest = hashlib.sha256(f"{profile} {devices.resolve(device).type} {sys.version}".encode())
-    package = Path(__file__).parent
     files = sorted(p for p in package.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
     for path, name in [
         (notebook, notebook.name),

@@ -566,7 +566,7 @@ def collision_runs(features, hidden, seeds, l1, *, steps, lr, lead=1.0, records=
     )
 
 
-def split_neurons(W, noise, seed, per_model=None):
+def split_neurons(W, noise, seed=0, per_model=None):
     """Section 5's proposed fix, for the polysemantic neurons of every model in W (models, n, m):
     all of them, or at most ``per_model`` of each model's, drawn at random.
 
@@ -574,8 +574,9 @@ def split_neurons(W, noise, seed, per_model=None):
     The text halves the copies' outgoing weights; in a tied model the outgoing weights are the
     incoming ones, so both copies get W_k/√2, which leaves W Wᵀ (and the loss's data term) as
     it was, plus independent N(0, noise²) perturbations on the features' nonzero entries.
-    Returns the starts (instances, n, m + 1), the two features (instances, 2) and the model
-    each instance came from (instances,)."""
+    Returns the starts (instances, n, m + 1), the two features (instances, 2), the model
+    each instance came from (instances,) and the neuron k it split (instances,), whose copy is
+    the last column."""
     W = torch.as_tensor(W, dtype=DTYPE)
     polysemantic = th.polysemantic_neurons(W)  # (models, m)
     if not polysemantic.any():
@@ -584,7 +585,7 @@ def split_neurons(W, noise, seed, per_model=None):
         )
     if per_model is not None:
         check_size("per_model", per_model)
-    starts, features, which = [], [], []
+    starts, features, which, columns = [], [], [], []
     for model in range(len(W)):
         g = generator(seed, f"split {model}")  # one stream per model: its shard stands alone
         neurons = polysemantic[model].nonzero().flatten()
@@ -601,7 +602,55 @@ def split_neurons(W, noise, seed, per_model=None):
             starts.append(start)
             features.append(on[:2])
             which.append(model)
-    return torch.stack(starts), torch.stack(features), torch.tensor(which)
+            columns.append(k)
+    return torch.stack(starts), torch.stack(features), torch.tensor(which), torch.tensor(columns)
+
+
+def shared_leads(starts, features, columns):
+    """For each split start of ``split_neurons``: whether its two features start ahead on the
+    same copy, each feature's lead being the copy (neuron k or its copy, the last column)
+    where its weight is larger in size: bool (instances,)."""
+    rows = torch.arange(len(starts))[:, None]
+    on_k = starts[rows, features, columns[:, None]].abs()  # (instances, 2)
+    on_copy = starts[rows, features, -1].abs()
+    ahead_on_k = on_k > on_copy
+    return ahead_on_k[:, 0] == ahead_on_k[:, 1]
+
+
+@dataclass(frozen=True)
+class SplitCoupling:
+    """How the two races of a split neuron depend on each other, from which copy each feature
+    starts ahead on and whether the split ended separated."""
+
+    apart: float  # P(separated | the features start ahead on different copies)
+    together: float  # P(separated | they start ahead on the same copy)
+    excess: float  # apart + together - 1: 0 for independent races, whatever the odds a lead holds
+    se: float  # its binomial standard error
+    together_share: float  # the share of splits whose features start ahead on the same copy
+
+
+def split_coupling(separated, shared):
+    """``SplitCoupling`` from ``split_runs``' outcomes and ``shared_leads``, both (instances,).
+
+    If each feature keeps its lead with probability q_i, independently of the other, a split
+    whose leads lie on different copies separates with probability q_i q_j + (1 - q_i)(1 - q_j)
+    and one whose leads share a copy with q_i (1 - q_j) + (1 - q_i) q_j: the two add to 1. So
+    ``excess`` measures the coupling, and with leads on the same copy half the time (the noise
+    is symmetric) the rate of separation is 1/2 + excess/2."""
+    separated, shared = np.asarray(separated, dtype=bool), np.asarray(shared, dtype=bool)
+    if not shared.any() or shared.all():
+        raise ValueError(
+            "split_coupling needs splits with leads on the same and on different copies"
+        )
+    apart, together = separated[~shared].mean(), separated[shared].mean()
+    variance = apart * (1 - apart) / (~shared).sum() + together * (1 - together) / shared.sum()
+    return SplitCoupling(
+        apart=float(apart),
+        together=float(together),
+        excess=float(apart + together - 1),
+        se=float(np.sqrt(variance)),
+        together_share=float(shared.mean()),
+    )
 
 
 @cached
@@ -634,7 +683,7 @@ def split_runs(W, l1, *, noise, steps, lr, optimizer, seed=0, per_model=None):
     check_range("l1", l1, 0)
     check_size("steps", steps)
     check_range("lr", lr, 0, low_open=True)
-    starts, features, which = split_neurons(W, noise, seed, per_model)
+    starts, features, which, _ = split_neurons(W, noise, seed, per_model)
     calls = [
         (
             (starts[which == model].numpy(), features[which == model].numpy(), l1),

@@ -170,7 +170,7 @@ def test_the_findings_list_failures_slips_and_claims_outside_the_regime():
     rows = {row.split("</td>")[0]: row for row in failing.split("<tr><td>")[1:]}
     assert "{cite:t}`lecomte2023incidental`" in current and "Warning" not in current
     assert "too few steps" in rows["fails, explained"] and "#claim-law-b" in failing
-    assert "explanation <code>law.a</code>: holds" in rows["fails, explained"]
+    assert "explanation <code>law.a</code>: holds in this build" in rows["fails, explained"]
     # law.a: reproduces here, fails at the texts' sizes, which no row explains: its value shown
     assert "unexpected" in rows["reproduces"] and "0.758" in rows["reproduces"]
     assert "#claims-ledger" in rows["reproduces"]  # no anchor: the ledger
@@ -182,6 +182,7 @@ def test_the_findings_list_failures_slips_and_claims_outside_the_regime():
     assert "said to fail" not in failing
     assert "a wrong 4" in slips and "we keep the 4" in slips
     assert "tiny n" in outside_table and "checked outside" not in failing
+    assert "<th>this build</th><th>the texts' sizes</th>" in outside_table
     stale = page(["experiments.polysemantic.law_fit"])
     assert "Warning" in stale and "experiments.polysemantic.law_fit" in stale
     assert "from a stale record" in stale.split("<table")[1]

@@ -202,11 +202,15 @@ def _side(row, rows, stale=False, missing="not run"):
     return words
 
 
+SIDES = ("in this build", "at the texts' sizes")
+
+
 def _failure_why(sides):
-    """The explanation of a failing claim, from ``sides`` ((row, that side's rows) pairs): the
-    ``why`` of a side where it is a known failure, with its explanation row and that row's
-    verdict there; a failure that no side expects is unexpected."""
-    for row, rows in sides:
+    """The explanation of a failing claim, from ``sides`` ((row, that side's rows, which side)
+    triples): the ``why`` of a side where it is a known failure, with its explanation row and
+    that row's verdict and value there, saying which side; a failure that no side expects is
+    unexpected."""
+    for row, rows, where in sides:
         if outside(row) or row["passed"] or not row.get("known_failure"):
             continue
         why = html.escape(row.get("why") or "explained in the chapter")
@@ -215,8 +219,8 @@ def _failure_why(sides):
         found, holds = explanation(row, rows)
         name = f"<code>{html.escape(row['explained_by'])}</code>"
         if holds:
-            return f"{why} (explanation {name}: holds, {html.escape(_value(found))})"
-        said = f"fails, {html.escape(_value(found))}" if found else "not run"
+            return f"{why} (explanation {name}: holds {where}, {html.escape(_value(found))})"
+        said = f"fails {where}, {html.escape(_value(found))}" if found else f"not run {where}"
         return f"<strong>unexpected</strong>: {why}, but its explanation {name} {said}"
     return "<strong>unexpected</strong>: not explained yet"
 
@@ -308,7 +312,9 @@ def findings(ledgers, corrections, recorded, anchors, stale):
                 mine, theirs = here.get(claim_id), there.get(claim_id)
                 row = mine or theirs
                 contexts = (ledgers[stem], rows_of(record) if record else [])
-                sides = [(r, rows) for r, rows in zip((mine, theirs), contexts) if r]
+                sides = [
+                    (r, rows, where) for r, rows, where in zip((mine, theirs), contexts, SIDES) if r
+                ]
                 start = (
                     f"<tr><td>{html.escape(row['claim'])}</td>"
                     f"<td>{_link(stem, page, claim_id)}</td>"
@@ -319,15 +325,23 @@ def findings(ledgers, corrections, recorded, anchors, stale):
                     f"<td>{_side(theirs, contexts[1], stale_row) if record else 'no record'}"
                     "</td></tr>"
                 )
-                if any(not outside(r) and not r["passed"] for r, _ in sides):
+                if any(not outside(r) and not r["passed"] for r, _, _ in sides):
                     failing.append(f"{start}<td>{_failure_why(sides)}</td>{cells}")
-                elif any(not outside(r) and r.get("known_failure") for r, _ in sides):
-                    why = next(r.get("why") for r, _ in sides if r.get("known_failure"))
+                elif any(not outside(r) and r.get("known_failure") for r, _, _ in sides):
+                    why = next(r.get("why") for r, _, _ in sides if r.get("known_failure"))
                     contradicted.append(f"{start}<td>{html.escape(why or '')}</td>{cells}")
-                elif all(outside(r) for r, _ in sides):
+                elif all(outside(r) for r, _, _ in sides):
+                    held = [
+                        "not in this build"
+                        if r is None
+                        else "holds"
+                        if r["passed"]
+                        else "does not hold"
+                        for r in (mine, theirs)
+                    ]
                     beyond.append(
                         f"{start}<td>{html.escape(row['outside_regime'])}</td>"
-                        f"<td>{'holds' if row['passed'] else 'does not hold'}</td></tr>"
+                        f"<td>{held[0]}</td><td>{held[1] if record else 'no record'}</td></tr>"
                     )
             repaired += [
                 f"<tr><td>{html.escape(entry['source'])}</td><td>{html.escape(entry['text'])}</td>"
@@ -372,7 +386,7 @@ def findings(ledgers, corrections, recorded, anchors, stale):
             lines += [
                 '<table class="findings"><caption>Checked outside the text\'s regime (not '
                 "counted)</caption><tr><th>claim</th><th>chapter</th><th>why outside</th>"
-                "<th>here</th></tr>" + "".join(beyond) + "</table>",
+                "<th>this build</th><th>the texts' sizes</th></tr>" + "".join(beyond) + "</table>",
                 "",
             ]
     return "\n".join(lines)

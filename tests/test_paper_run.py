@@ -11,7 +11,7 @@ import pytest
 from toycore import progress, records
 from toycore.book import paper
 from toycore.book.config import select_chapters
-from toycore.dependencies import Dependencies
+from toycore.dependencies import Dependencies, claim_sections, section_of_claim
 
 PLAN = (("05_persian_rug", [1]), ("05_persian_rug", [9]))  # the construction; the scaling
 
@@ -167,3 +167,14 @@ def test_a_run_runs_only_the_sections_without_a_current_part():
     assert records.unheld(record, chapter, [4]) == []
     assert records.unheld(None, chapter, [4]) == [4]
     assert records.unheld(dict(parts=[part(None)]), chapter) == []
+
+
+def test_every_chapter_makes_its_rows_in_numbered_sections():
+    """A record holds one part per numbered section (``records.section_parts``): a row made
+    in the setup or the ledger's own cells, or by no one section, could not be recorded, and a
+    run at the texts' sizes would end without its record."""
+    for notebook in select_chapters(None):
+        cells = json.loads(notebook.read_text())["cells"]
+        made = claim_sections(cells)
+        assert made and all(section.isdigit() for _, section in made), notebook.stem
+        assert all(section_of_claim(claim, made) for claim, _ in made if not claim.endswith("*"))

@@ -164,7 +164,7 @@ def test_the_findings_list_failures_slips_and_claims_outside_the_regime():
     glance = current.split("## Incidental")[0]
     assert glance.startswith("## At a glance")
     assert "3 claims do not reproduce in this build, 2 at the texts' sizes" in glance
-    assert "too few steps (explanation: `law.a`). `law.b` 2 (here)." in glance
+    assert "too few steps (explanation: `law.a`). `law.b` 2 (in this build)." in glance
     assert "**unexpected** (at the texts' sizes): reproduces: 0.758" in glance
     failing, contradicted, slips, outside_table = current.split("<table")[1:]
     rows = {row.split("</td>")[0]: row for row in failing.split("<tr><td>")[1:]}
@@ -190,6 +190,21 @@ def test_the_findings_list_failures_slips_and_claims_outside_the_regime():
         "**unexpected** (at the texts' sizes, from a stale record): reproduces: 0.758"
         in (stale.split("## Incidental")[0])
     )
+
+
+def test_a_text_whose_claims_all_reproduce_says_so_in_a_sentence():
+    ledger = Ledger("01_linear_autoencoders", "ci")
+    ledger.equal("a.one", "holds", "s", expected=1, measured=1)
+    page = reports.findings(
+        {ledger.chapter: ledger.rows}, {ledger.chapter: []}, {}, {ledger.chapter: set()}, {}
+    )
+    assert "every claim checked reproduces in this build; the texts' sizes have not been" in page
+    assert "0 claims" not in page
+    record = {ledger.chapter: {"parts": [{"sections": None, "rows": ledger.rows}]}}
+    page = reports.findings(
+        {ledger.chapter: ledger.rows}, {ledger.chapter: []}, record, {ledger.chapter: set()}, {}
+    )
+    assert "every claim checked reproduces, in this build and at the texts' sizes." in page
 
 
 def test_ledger_rejects_bad_rows():

@@ -245,7 +245,7 @@ def _at_a_glance(name, stems, ledgers, recorded, stale):
             tested = [row for row in rows if not outside(row)]
             counted[side] += sum(not row["passed"] for row in tested)
             for row in tested:
-                label = "here"
+                label = "in this build"
                 if side == 1:
                     label = "at the texts' sizes" + (
                         ", from a stale record" if old and old[row["part"]] else ""
@@ -261,7 +261,16 @@ def _at_a_glance(name, stems, ledgers, recorded, stale):
                 if row["id"] not in shown or side == 1:  # the texts' sizes where recorded
                     shown[row["id"]] = (label, row)
     here = f"{counted[0]} claim does not" if counted[0] == 1 else f"{counted[0]} claims do not"
-    lines = [f"**{name}**: {here} reproduce in this build, {counted[1]} at the texts' sizes."]
+    everything = (
+        "every claim checked reproduces, in this build and at the texts' sizes"
+        if any(stem in recorded for stem in stems)
+        else "every claim checked reproduces in this build; the texts' sizes have not been run"
+    )
+    lines = [
+        f"**{name}**: {everything}."
+        if counted == [0, 0]
+        else f"**{name}**: {here} reproduce in this build, {counted[1]} at the texts' sizes."
+    ]
     for (stem, why), shown in groups.items():
         values = "; ".join(
             f"`{claim_id}` {_short_value(row)} ({label})"

@@ -543,3 +543,32 @@ def test_a_run_of_several_sections_is_split_into_parts_that_stale_alone(tmp_path
     # a row that no numbered section makes cannot be recorded by section
     with pytest.raises(ValueError, match="'zero' is not made by one numbered section"):
         records.by_section(chapter, [{"id": "zero"}], root=root)
+
+
+def test_importing_one_more_name_stales_nothing_and_older_lists_are_relisted(tmp_path):
+    """An import counts only the names that statements feeding rows use: importing a name for
+    a figure or a glued sentence changes no key. A list made when an import counted whole is
+    listed again from its commit, and is then current."""
+    cells = _two_section_chapter()
+    code = Code.from_folder(PACKAGE)
+    listed = notebook_dependencies(code, cells, "paper")
+    cells[1] = _cell("code", cells[1]["source"].replace("import Ledger", "import Ledger, row_of"))
+    assert notebook_dependencies(code, cells, "paper").key == listed.key
+    assert notebook_dependencies(code, cells, "paper", whole_imports=True).key != listed.key
+    # a part listed under the earlier rule, relisted from its commit
+    root, chapter = tmp_path / "repo", "99_probe"
+    notebook = {"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    commit = _committed_repository(root, chapter, notebook)
+    earlier = records.chapter_dependencies(chapter, [1], code, root, whole_imports=True)
+    part = dict(sections=[1], provenance=dict(commit=commit, code=earlier.key), rows=[])
+    part["dependencies"] = earlier.to_json()
+    folder = root / "results" / "paper"
+    folder.mkdir(parents=True)
+    (folder / f"{chapter}.json").write_text(
+        json.dumps(dict(chapter=chapter, profile="paper", parts=[part]))
+    )
+    now = records.chapter_dependencies(chapter, [1], code, root)
+    assert records.staleness(chapter, part, now) == ["the code of the setup cell 2"]
+    assert records.relist(chapter, folder, root, log=lambda line: None) == [[]]
+    (relisted,) = json.loads((folder / f"{chapter}.json").read_text())["parts"]
+    assert relisted["dependencies"]["key"] == now.key == relisted["provenance"]["code"]

@@ -39,7 +39,8 @@ that profile, and of that entry only the settings some statement or unit of the 
 by name (``P.beyond_sizes``; ``select`` hands them out as attributes), so that a size only
 section 11 reads stales section 11 alone. Display statements (``show``, ``glue``, ``print``,
 ``ledger.table()``) feed no row; any other statement that is a bare call is kept, since it may
-change state.
+change state. An import counts only the names that kept statements use: importing one more
+name for a figure changes no key.
 """
 
 import ast
@@ -679,9 +680,11 @@ def changes_in(old_code, new_code, roots, limit=8):
     )
 
 
-def notebook_dependencies(code, cells, profile):
+def notebook_dependencies(code, cells, profile, whole_imports=False):
     """The Dependencies of a chapter whose code cells are ``cells`` (nbformat dicts, in order,
-    Markdown included to name sections), run under ``profile``: see the module's docstring."""
+    Markdown included to name sections), run under ``profile``: see the module's docstring.
+    ``whole_imports``: count each import statement whole, as lists made before imports were
+    trimmed to the names used did (to check such a list against its commit)."""
     statements = []  # (cell index, where, statement)
     section, counts, places = "setup", {}, {}
     for index, cell in enumerate(cells):
@@ -723,7 +726,7 @@ def notebook_dependencies(code, cells, profile):
         for target in stmt.targets
         if isinstance(target, ast.Name)
     }
-    slicer = _Slicer(code, namespace, ledgers)
+    slicer = _Slicer(code, namespace, ledgers, whole_imports)
     kept = slicer.slice([stmt for _, stmt in statements])
 
     units, attributes, per_cell = set(), set(), {}
@@ -744,8 +747,13 @@ def notebook_dependencies(code, cells, profile):
 class _Slicer:
     """Which statements of a chapter feed its ledger rows (see the module's docstring)."""
 
-    def __init__(self, code, namespace, ledgers):
+    def __init__(self, code, namespace, ledgers, whole_imports=False):
         self.code, self.namespace, self.ledgers = code, namespace, ledgers
+        # an import statement counts only the names that kept statements use, so that
+        # importing one more name for a figure or a glued sentence stales nothing; the rule
+        # before counted each statement whole (``whole_imports``, to read older lists)
+        self.whole_imports = whole_imports
+        self._imported_used = {}  # id(import statement) -> the names it binds that are used
 
     def _neutral_call(self, call):
         func = call.func
@@ -802,13 +810,25 @@ class _Slicer:
             stmt = statements[k]
             if not keep[k] and not self._is_display(stmt) and _defines(stmt) & needed:
                 keep[k] = True
+            if isinstance(stmt, (ast.Import, ast.ImportFrom)):
+                self._imported_used[id(stmt)] = _defines(stmt) & needed
             if keep[k]:
                 needed |= _uses(self.without_words(stmt))
         return keep
 
     def without_words(self, stmt):
-        """``stmt`` with its rows' words and its displays left out (a copy)."""
+        """``stmt`` with its rows' words and its displays left out (a copy); an import, with
+        only the names that kept statements use (once ``slice`` has seen it)."""
         ledgers, slicer = self.ledgers, self
+        used = self._imported_used.get(id(stmt))
+        if used is not None and not self.whole_imports:
+            trimmed = _copy(stmt)
+            trimmed.names = [
+                alias
+                for alias in trimmed.names
+                if (alias.asname or alias.name.split(".")[0]) in used
+            ]
+            return trimmed
 
         class Strip(ast.NodeTransformer):
             def visit_Call(self, node):

@@ -116,13 +116,16 @@ def notebook_of(chapter, root=None):
     return (root or REPO_ROOT) / "chapters" / f"{chapter}.ipynb"
 
 
-def chapter_dependencies(chapter, sections=None, code=None, root=None, profile="paper"):
+def chapter_dependencies(
+    chapter, sections=None, code=None, root=None, profile="paper", whole_imports=False
+):
     """What a record of ``chapter``'s ``sections`` (None: all of it) in ``profile`` depends on,
     with ``code`` (default: the toycore this process imported) and the chapter's notebook under
-    ``root`` (default: this repository)."""
+    ``root`` (default: this repository); ``whole_imports``: under the earlier rule that counted
+    each import statement whole."""
     code = code or cache.imported_code()
     cells = json.loads(notebook_of(chapter, root).read_text())["cells"]
-    return notebook_dependencies(code, cells_for(cells, sections), profile)
+    return notebook_dependencies(code, cells_for(cells, sections), profile, whole_imports)
 
 
 _NOW = {}  # (chapter, sections, profile, the notebook's mtime and size) -> Dependencies
@@ -571,8 +574,9 @@ def relist(chapter, folder=None, root=REPO_ROOT, log=print):
     depends on, read from the commit it was recorded at; only where that commit's code is what
     the part's list says it ran: every unit's digest and every cell as listed, a profile table
     compared by its whole entry for the profile (the rule before its settings were counted one
-    by one). The verdicts and the commit stay. Returns, per part, what changed since (empty:
-    current), or why it was not relisted."""
+    by one), an import statement whole (the rule before imports counted only the names used).
+    The verdicts and the commit stay. Returns, per part, what changed since (empty: current),
+    or why it was not relisted."""
     path = (folder or FOLDER) / f"{chapter}.json"
     record = json.loads(path.read_text())
     now_code = Code.from_folder(root / "toycore")
@@ -584,7 +588,14 @@ def relist(chapter, folder=None, root=REPO_ROOT, log=print):
         else:
             given, listed = part["provenance"], Dependencies.from_json(part["dependencies"])
             profile = _profile(part)
-            then, code = _dependencies_at(chapter, part["sections"], given["commit"], root, profile)
+            with _worktree(given["commit"], root) as tree:
+                code = Code.from_folder(tree / "toycore")
+                then, before = (
+                    chapter_dependencies(
+                        chapter, part["sections"], code, tree, profile, whole_imports=whole
+                    )
+                    for whole in (False, True)
+                )
             differ = [
                 name
                 for name in sorted(set(listed.toycore) | set(then.toycore))
@@ -593,7 +604,8 @@ def relist(chapter, folder=None, root=REPO_ROOT, log=print):
                     name in code.units and listed.toycore.get(name) == code.digest(name, profile)
                 )
             ]
-            if differ or [d for _, d in listed.cells] != [d for _, d in then.cells]:
+            cells = [d for _, d in listed.cells]
+            if differ or cells not in ([d for _, d in then.cells], [d for _, d in before.cells]):
                 outcomes.append(["not relisted: the commit's code is not what the part lists"])
             else:
                 given["code_before"] = given["code"]

@@ -166,6 +166,7 @@ def test_a_run_runs_only_the_sections_without_a_current_part():
     assert records.unheld(record, chapter, [1, 3, 4]) == [3]
     assert records.unheld(record, chapter, [4]) == []
     assert records.unheld(None, chapter, [4]) == [4]
+    assert records.unheld(record, chapter, [1, 2, 4]) == []  # section 2 makes no rows
     assert records.unheld(dict(parts=[part(None)]), chapter) == []
 
 
@@ -178,3 +179,6 @@ def test_every_chapter_makes_its_rows_in_numbered_sections():
         made = claim_sections(cells)
         assert made and all(section.isdigit() for _, section in made), notebook.stem
         assert all(section_of_claim(claim, made) for claim, _ in made if not claim.endswith("*"))
+        # a variable id or an f-string's start is made in one section only
+        for claim in {claim for claim, _ in made if claim.endswith("*")}:
+            assert len({s for c, s in made if c == claim}) == 1, (notebook.stem, claim)

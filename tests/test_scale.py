@@ -310,15 +310,15 @@ def test_records_are_checked_written_and_read_back(tmp_path):
     assert records.load(tmp_path) == {"99_example": good} and path.name == "99_example.json"
     # A rebuild served from the cache keeps the record of the run that computed the rows.
     again = {**part, "provenance": {**part["provenance"], "wall_time_s": 2.0}}
-    assert records.recorded_parts_before("99_example", [again], folder=tmp_path)
+    assert records.new_parts("99_example", [again], folder=tmp_path) == []
     changes = ({"torch": "2.14.0"}, {"code": "new"}, {"device_type": "cpu"}, {"matmul": "tf32"})
     for changed in changes:
         other = {**part, "provenance": {**part["provenance"], **changed}}
-        assert not records.recorded_parts_before("99_example", [other], folder=tmp_path)
+        assert records.new_parts("99_example", [other], folder=tmp_path) == [other]
     fewer = {**part, "rows": [_row("a", True)]}
-    assert not records.recorded_parts_before("99_example", [fewer], folder=tmp_path)
-    assert not records.recorded_parts_before("98_none", [part], folder=tmp_path)
-    assert not records.recorded_parts_before("99_example", [], folder=tmp_path)
+    assert records.new_parts("99_example", [fewer], folder=tmp_path) == [fewer]
+    assert records.new_parts("98_none", [part], folder=tmp_path) == [part]
+    assert records.new_parts("99_example", [], folder=tmp_path) == []
     bad = [
         _part([]),
         _part([_row("a", True), _row("a", True)]),
@@ -417,8 +417,11 @@ def test_a_partial_record_says_what_it_holds_and_leaves_the_rest_not_run(tmp_pat
     (record,) = records.load(tmp_path).values()
     assert record == _record(early, fig3) and records.check(record) == []
     # a whole record and a partial one are not the same run
-    assert not records.recorded_parts_before("99_example", [{**early, "sections": None}], tmp_path)
-    assert records.recorded_parts_before("99_example", [early, fig3], tmp_path)
+    whole = {**early, "sections": None}
+    assert records.new_parts("99_example", [whole], tmp_path) == [whole]
+    # a run of both whose section 5 changed: only that part is new, section 1 to 3's is kept
+    changed = {**fig3, "rows": [_row("c", True)]}
+    assert records.new_parts("99_example", [early, changed], tmp_path) == [changed]
     here = {"99_example": [_row(k, True, profile="ci") for k in "abc"]}
     text = reports.paper_comparison(here, {"99_example": record}, {}, stale={})
     assert "Paper profile, sections 1 to 3, recorded" in text and "1 of 1 reproduce" in text

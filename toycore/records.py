@@ -94,7 +94,7 @@ ROW_KEYS = (
     "chapter",
 )
 # A part made with the same code, device type and libraries, with the same rows, is the same
-# run's: a rebuild that found every result in the cache keeps it (``recorded_parts_before``).
+# run's: a rebuild that found every result in the cache keeps it (``new_parts``).
 SAME_RUN = ("code", "device_type", "matmul", "torch", "numpy", "scipy")
 
 
@@ -220,9 +220,10 @@ def claimed_sections(chapter, root=None):
 
 
 def unheld(record, chapter, sections=None):
-    """Which of ``sections`` (None: every section that makes rows) ``record`` does not hold in
-    current parts, in order; [] when it holds them all."""
-    wanted = claimed_sections(chapter) if sections is None else list(sections)
+    """Which of ``sections`` (None: all) that make rows ``record`` does not hold in current
+    parts, in order; [] when it holds them all (a section that makes no rows has no part)."""
+    claimed = claimed_sections(chapter)
+    wanted = claimed if sections is None else [s for s in sections if s in claimed]
     held = set()
     for part in record["parts"] if record else []:
         if staleness(chapter, part):
@@ -253,21 +254,23 @@ def section_parts(chapter, rows, provenance, sections=None, code=None, root=None
     return parts
 
 
-def recorded_parts_before(chapter, parts, folder=None):
-    """Whether ``chapter``'s record already holds each of ``parts`` (``section_parts``): the
-    same sections and rows from the same code, device type and libraries; its dates and wall
-    times are then those of the run that computed them."""
+def new_parts(chapter, parts, folder=None):
+    """Those of ``parts`` (``section_parts``) that ``chapter``'s record does not already hold:
+    a held part has the same sections and rows from the same code, device type and libraries,
+    and keeps the date and wall time of the run that computed them (a rebuild served from the
+    result cache, or sections an edit elsewhere left as they were)."""
     record = load(folder).get(chapter)
     held = record["parts"] if record else []
-    return bool(parts) and all(
-        any(
+    return [
+        part
+        for part in parts
+        if not any(
             old["sections"] == part["sections"]
             and json.dumps(old["rows"]) == json.dumps(part["rows"])
             and all(old["provenance"].get(key) == part["provenance"][key] for key in SAME_RUN)
             for old in held
         )
-        for part in parts
-    )
+    ]
 
 
 def write_parts(chapter, parts, folder=None):

@@ -184,12 +184,18 @@ def build(
                 parts = records.section_parts(
                     notebook.stem, rows, given, sections, Code.from_folder(PACKAGE)
                 )
-                if records.recorded_parts_before(notebook.stem, parts, records_folder):
-                    # every result came from the cache: the record's times are the real run's
+                # a part the record already holds keeps the date and time of the run that
+                # computed it (its results came from the cache)
+                changed = records.new_parts(notebook.stem, parts, records_folder)
+                if not changed:
                     log("  same results as the record already holds, kept")
                 else:
-                    path = records.write_parts(notebook.stem, parts, records_folder)
-                    log(f"  recorded in {shown(path)}, {len(parts)} section(s)")
+                    path = records.write_parts(notebook.stem, changed, records_folder)
+                    kept = len(parts) - len(changed)
+                    log(
+                        f"  recorded in {shown(path)}, {len(changed)} section(s)"
+                        + (f"; {kept} the record already held as they are, kept" if kept else "")
+                    )
 
         # The kernels papermill starts inherit these: the profile and device for code that reads
         # them, the build folder for the ledgers, and no progress bars in the saved pages.

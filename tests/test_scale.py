@@ -306,7 +306,7 @@ def test_records_are_checked_written_and_read_back(tmp_path):
     part = _part([_row("a", True), _row("b", False, known_failure=True)])
     good = _record(part)
     assert records.check(good) == []
-    path = records.write("99_example", part["rows"], part["provenance"], DEPENDS, folder=tmp_path)
+    path = records.write_parts("99_example", [part], tmp_path)
     assert records.load(tmp_path) == {"99_example": good} and path.name == "99_example.json"
     # A rebuild served from the cache keeps the record of the run that computed the rows.
     again = {**part, "provenance": {**part["provenance"], "wall_time_s": 2.0}}
@@ -331,7 +331,7 @@ def test_records_are_checked_written_and_read_back(tmp_path):
     for wrong in bad:
         assert records.check(_record(wrong)), wrong
         with pytest.raises(ValueError, match="not a record of 99_example"):
-            records.write("99_example", wrong["rows"], wrong["provenance"], DEPENDS, None, tmp_path)
+            records.write_parts("99_example", [wrong], tmp_path)
     assert records.check(_record({**part, "dependencies": {}})) == [
         "part 1: no dependencies (what its numbers depend on)"
     ]
@@ -347,8 +347,7 @@ def test_records_are_checked_written_and_read_back(tmp_path):
 
 def test_a_part_replaces_the_parts_it_overlaps(tmp_path):
     def write(rows, sections):
-        part = _part(rows, sections)
-        records.write("99_example", rows, part["provenance"], DEPENDS, sections, tmp_path)
+        records.write_parts("99_example", [_part(rows, sections)], tmp_path)
         return [p["sections"] for p in records.load(tmp_path)["99_example"]["parts"]]
 
     assert write([_row("a", True)], [1, 2, 3]) == [[1, 2, 3]]
@@ -412,8 +411,7 @@ def test_a_partial_record_says_what_it_holds_and_leaves_the_rest_not_run(tmp_pat
     early = _part([_row("a", True)], [1, 2, 3])
     fig3 = _part([_row("c", False)], [5], recorded="2026-11-24 11:00 UTC")  # another run
     for part in (early, fig3):
-        given = part["provenance"]
-        records.write("99_example", part["rows"], given, DEPENDS, part["sections"], tmp_path)
+        records.write_parts("99_example", [part], tmp_path)
     (record,) = records.load(tmp_path).values()
     assert record == _record(early, fig3) and records.check(record) == []
     # a whole record and a partial one are not the same run
@@ -555,8 +553,7 @@ def test_a_chapter_says_where_its_record_stands_part_by_part(tmp_path, monkeypat
     early = _part([_row("a", True)], [1, 2, 3])
     late = _part([_row("b", False)], [5], recorded="2026-11-23 11:00 UTC")  # another run
     for part in (early, late):
-        given = part["provenance"]
-        records.write("99_example", part["rows"], given, DEPENDS, part["sections"], tmp_path)
+        records.write_parts("99_example", [part], tmp_path)
     monkeypatch.setattr(
         records, "staleness", lambda chapter, part: [] if part["sections"] == [5] else ["x.f"]
     )

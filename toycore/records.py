@@ -293,19 +293,6 @@ def write_parts(chapter, parts, folder=None):
     return path
 
 
-def write(chapter, rows, provenance, dependencies, sections=None, folder=None):
-    """Record ``sections`` (None: the whole chapter) of one chapter's paper-profile ledger with
-    what they depend on (``dependencies``, whose key is ``provenance["code"]``), in place of the
-    parts of its record they overlap. Returns the file's path."""
-    part = dict(
-        sections=sections,
-        provenance=provenance,
-        dependencies=dependencies.to_json(),
-        rows=rows,
-    )
-    return write_parts(chapter, [part], folder)
-
-
 def rows_of(record):
     """Every row a record holds, from all its parts, each with ``part``: its part's index."""
     return [{**row, "part": k} for k, part in enumerate(record["parts"]) for row in part["rows"]]
@@ -683,13 +670,11 @@ def split(chapter, folder=None, root=REPO_ROOT, log=print):
     where that commit's code is what the part lists (its list, read again from the commit,
     has the part's key). The rows, verdicts and provenance stay the run's. Returns, per part
     of the new record, what changed since (empty: current)."""
-    path = (folder or FOLDER) / f"{chapter}.json"
-    record = json.loads(path.read_text())
+    record = load(folder)[chapter]
     profile = record["profile"]
-    parts = []
+    split_parts = []
     for part in record["parts"]:
         if part["sections"] is not None and len(part["sections"]) == 1:
-            parts.append(part)
             continue
         given, pieces = part["provenance"], []
         refused = _not_relisted(part)
@@ -708,7 +693,6 @@ def split(chapter, folder=None, root=REPO_ROOT, log=print):
                         refused = str(error)
         if refused:
             log(f"{chapter}, {describe_sections(part['sections'])}: not split: {refused}")
-            parts.append(part)
             continue
         for piece in pieces:
             piece["provenance"]["split"] = (
@@ -716,12 +700,10 @@ def split(chapter, folder=None, root=REPO_ROOT, log=print):
                 f"with what its section depends on from commit {given['commit'][:10]}'s code "
                 f"(toycore.dependencies); the verdicts are the run's"
             )
-        parts += pieces
-    record["parts"] = sorted(parts, key=lambda p: (p["sections"] or [0])[0])
-    problems = check(record)
-    if problems:
-        raise ValueError(f"not a record of {chapter}: {'; '.join(problems)}")
-    path.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n")
+        split_parts += pieces
+    if split_parts:  # each in place of the part it came from
+        write_parts(chapter, split_parts, folder)
+    record = load(folder)[chapter]
     now_code = Code.from_folder(root / "toycore")
     outcomes = [
         staleness(

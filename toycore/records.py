@@ -422,7 +422,7 @@ def status(chapter, folder=None, sections=None):
         return f"The texts' sizes (paper profile) have not been run for {which} yet."
     changed = [staleness(chapter, part) for part in parts]
     lines = [run_line([parts[k] for k in run], [changed[k] for k in run]) for run in runs(parts)]
-    if not all(changed):
+    if not any(changed):  # with a stale part, its own sentence says what changed
         lines.append(
             "Current: none of the code their rows depend on has changed since they were made."
         )

@@ -116,6 +116,11 @@ def notebook_of(chapter, root=None):
     return (root or REPO_ROOT) / "chapters" / f"{chapter}.ipynb"
 
 
+def _cells(chapter, root=None):
+    """The cells of ``chapter``'s committed notebook under ``root`` (nbformat dicts)."""
+    return json.loads(notebook_of(chapter, root).read_text())["cells"]
+
+
 def chapter_dependencies(
     chapter, sections=None, code=None, root=None, profile="paper", whole_imports=False
 ):
@@ -124,8 +129,9 @@ def chapter_dependencies(
     ``root`` (default: this repository); ``whole_imports``: under the earlier rule that counted
     each import statement whole."""
     code = code or cache.imported_code()
-    cells = json.loads(notebook_of(chapter, root).read_text())["cells"]
-    return notebook_dependencies(code, cells_for(cells, sections), profile, whole_imports)
+    return notebook_dependencies(
+        code, cells_for(_cells(chapter, root), sections), profile, whole_imports
+    )
 
 
 _NOW = {}  # (chapter, sections, profile, the notebook's mtime and size) -> Dependencies
@@ -199,8 +205,7 @@ def by_section(chapter, rows, sections=None, root=None):
     """``rows`` grouped by the section whose cells make them, {section number: rows}, from the
     chapter's notebook under ``root`` (``toycore.dependencies.claim_sections``); a clear error
     for a row that no one section of ``sections`` (None: any) makes."""
-    cells = json.loads(notebook_of(chapter, root).read_text())["cells"]
-    made = claim_sections(cells)
+    made = claim_sections(_cells(chapter, root))
     groups = {}
     for row in rows:
         section = section_of_claim(row["id"], made)
@@ -215,8 +220,7 @@ def by_section(chapter, rows, sections=None, root=None):
 
 def claimed_sections(chapter, root=None):
     """The numbered sections of ``chapter``'s notebook whose cells make ledger rows."""
-    cells = json.loads(notebook_of(chapter, root).read_text())["cells"]
-    return sorted({int(s) for _, s in claim_sections(cells) if s.isdigit()})
+    return sorted({int(s) for _, s in claim_sections(_cells(chapter, root)) if s.isdigit()})
 
 
 def unheld(record, chapter, sections=None):
@@ -404,7 +408,7 @@ def _sections_making(chapter, rows):
     notebook does not say (then a table speaks of the whole record)."""
     if not notebook_of(chapter).exists():
         return None
-    made = claim_sections(json.loads(notebook_of(chapter).read_text())["cells"])
+    made = claim_sections(_cells(chapter))
     found = {section_of_claim(row["id"], made) for row in rows}
     numbered = sorted(int(section) for section in found if section and section.isdigit())
     return numbered or None

@@ -6,6 +6,7 @@ import json
 import tarfile
 import time
 
+import nbformat
 import pytest
 
 from toycore import progress, records
@@ -70,6 +71,31 @@ def test_a_budgeted_run_stops_at_its_budget_records_what_finished_and_resumes(sc
     timed = paper.cell_times(executed, started=0, shortest=0)
     assert timed and timed[-1].endswith("ledger.save()") and " s  " in timed[0]
     assert paper.cell_times(executed, started=time.time() + 60) == []
+    # and what its cells printed, for a failed row's diagnosis
+    assert "printed by" in log and paper.printed_lines(executed, started=time.time() + 60) == []
+
+
+def test_the_log_holds_what_a_part_s_cells_printed_and_their_errors(tmp_path):
+    notebook = nbformat.v4.new_notebook()
+    said = nbformat.v4.new_code_cell("for k in range(3):\n    print(k)")
+    said.outputs = [nbformat.v4.new_output("stream", name="stdout", text="0\n1\n2\n")]
+    quiet = nbformat.v4.new_code_cell("x = 1")
+    failed = nbformat.v4.new_code_cell("1 / 0")
+    failed.outputs = [
+        nbformat.v4.new_output("stream", name="stderr", text="a warning\n"),
+        nbformat.v4.new_output("error", ename="ZeroDivisionError", evalue="division by zero"),
+    ]
+    notebook.cells = [said, quiet, failed]
+    path = tmp_path / "executed.ipynb"
+    nbformat.write(notebook, path)
+    assert [line.strip() for line in paper.printed_lines(path, started=0, most=2)] == [
+        "printed by  for k in range(3):",
+        "0",
+        "1",
+        "... 1 more lines",
+        "printed by  1 / 0",
+        "ZeroDivisionError: division by zero",
+    ]
 
 
 def test_a_bad_plan_or_budget_is_refused_before_any_work(scratch):

@@ -14,7 +14,8 @@ back, two files in ``DIR``:
                            stopped at the budget, not started, or failed (and why), and under
                            a part that ran, its cells of a second or more and where it stopped,
                            then its trainings: each finished one's steps and seconds, and how
-                           far an unfinished one had got
+                           far an unfinished one had got, then what its cells printed (a
+                           failed row's diagnosis, where no GPU is at hand to run it again)
 
 Unpack the tarball at the repository's root (``tar xzf DIR/paper-records.tar.gz``) and commit
 the records. Run again, it resumes: what was recorded is current and is not run again.
@@ -197,6 +198,7 @@ def run(
         if outcome.startswith(("recorded", "stopped", "failed")):
             lines.extend(cell_times(executed_copy(chapter), started=began))
             lines.extend(progress_lines(progress_log))
+            lines.extend(printed_lines(executed_copy(chapter), started=began))
     lines.append(f"total {time.monotonic() - start:.0f} s")
     (out / LOG_FILE).write_text("\n".join(lines) + "\n")
     with tarfile.open(out / RECORDS_FILE, "w:gz") as packed:
@@ -237,6 +239,33 @@ def cell_times(executed, started, shortest=1.0):
             lines.append(f"    {seconds:7.1f} s  {first}  (stopped here)")
         elif seconds is not None and seconds >= shortest:
             lines.append(f"    {seconds:7.1f} s  {first}")
+    return lines
+
+
+def printed_lines(executed, started, most=40):
+    """Log lines for what the cells of a part's ``executed`` copy printed, under each cell's
+    first line: at most ``most`` lines a cell (the rest counted), and a failed cell's error.
+    Nothing if the copy predates the part (``started``, a time.time())."""
+    try:
+        if executed.stat().st_mtime < started:
+            return []
+        cells = nbformat.read(executed, as_version=4).cells
+    except (OSError, ValueError):
+        return []
+    lines = []
+    for cell in cells:
+        said = []
+        for output in cell.get("outputs", []):
+            if output.get("output_type") == "stream" and output.get("name") == "stdout":
+                said.extend(output.get("text", "").splitlines())
+            elif output.get("output_type") == "error":
+                said.append(f"{output.get('ename')}: {output.get('evalue')}")
+        if not said:
+            continue
+        lines.append(f"    printed by  {cell.source.strip().splitlines()[0][:70]}")
+        lines.extend(f"      {line}" for line in said[:most])
+        if len(said) > most:
+            lines.append(f"      ... {len(said) - most} more lines")
     return lines
 
 

@@ -215,18 +215,23 @@ def executed_copy(chapter):
     return Path(build_dir()) / "source" / "chapters" / f"{chapter}.ipynb"
 
 
+def _part_cells(executed, started):
+    """The cells of a part's ``executed`` copy; none if it cannot be read, or if it predates
+    the part (``started``, a time.time()): the part never began."""
+    try:
+        if executed.stat().st_mtime < started:
+            return []
+        return nbformat.read(executed, as_version=4).cells
+    except (OSError, ValueError):
+        return []
+
+
 def cell_times(executed, started, shortest=1.0):
     """Log lines for the cells of a part's ``executed`` copy that took ``shortest`` seconds or
     more, and the cell it stopped in, with its time so far: what sizes the next run's budget.
     Nothing if the copy predates the part (``started``, a time.time()): it never began."""
-    try:
-        if executed.stat().st_mtime < started:
-            return []
-        cells = nbformat.read(executed, as_version=4).cells
-    except (OSError, ValueError):
-        return []
     lines = []
-    for cell in cells:
+    for cell in _part_cells(executed, started):
         timing = cell.metadata.get("papermill", {})
         first = cell.source.strip().splitlines()[0][:70] if cell.source.strip() else ""
         seconds = timing.get("duration")
@@ -246,14 +251,8 @@ def printed_lines(executed, started, most=40):
     """Log lines for what the cells of a part's ``executed`` copy printed, under each cell's
     first line: at most ``most`` lines a cell (the rest counted), and a failed cell's error.
     Nothing if the copy predates the part (``started``, a time.time())."""
-    try:
-        if executed.stat().st_mtime < started:
-            return []
-        cells = nbformat.read(executed, as_version=4).cells
-    except (OSError, ValueError):
-        return []
     lines = []
-    for cell in cells:
+    for cell in _part_cells(executed, started):
         said = []
         for output in cell.get("outputs", []):
             if output.get("output_type") == "stream" and output.get("name") == "stdout":

@@ -158,6 +158,19 @@ def size_sweep(sizes, density, ratio, seeds, *, max_steps=45_000):
     return sweep
 
 
+# Appendix A's negative diagonal elements reach far below zero where most features cannot be
+# represented: in the cpu profile's grid, at its sparsest p and smallest nd/ns. Those cells by
+# their values, for every profile (the texts' grid goes sparser and smaller).
+UNREPRESENTED_DENSITY, UNREPRESENTED_RATIO = 0.01, 0.05
+
+
+def represented_cells(grid):
+    """Which cells (P, R) of ``grid`` lie away from p <= UNREPRESENTED_DENSITY and nd/ns <=
+    UNREPRESENTED_RATIO, where most features cannot be represented."""
+    dense = grid.densities > UNREPRESENTED_DENSITY
+    return dense[:, None] & (grid.ratios > UNREPRESENTED_RATIO)[None, :]
+
+
 def stopped_by_rule(grid, values):
     """``values`` (P, R, S, ...) of a grid's models, NaN for each model that hit the step cap: a
     capped model never counts toward a verdict."""

@@ -624,3 +624,18 @@ def test_the_stopping_rule_tests_words_follow_its_rows():
         "headline verdicts move."
     )
     assert ex.horizon_words([]) == "was not recorded."
+
+
+def test_the_cells_where_features_can_be_represented_are_chosen_by_value_in_every_grid():
+    # the cpu grid's sparsest p and smallest nd/ns are its first row and column; the texts' grid
+    # goes sparser and smaller, and the same values are left out there too
+    cpu = SimpleNamespace(densities=np.array([0.01, 0.05, 0.2]), ratios=np.array([0.05, 0.1]))
+    texts = SimpleNamespace(
+        densities=np.array([0.001, 0.01, 0.05]), ratios=np.array([0.02, 0.05, 0.1])
+    )
+    assert ex.represented_cells(cpu).tolist() == [[False, False], [False, True], [False, True]]
+    assert ex.represented_cells(texts).tolist() == [
+        [False, False, False],
+        [False, False, False],
+        [False, False, True],
+    ]

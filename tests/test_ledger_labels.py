@@ -2,11 +2,11 @@
 
 A row's ``known_failure`` and ``outside_regime`` may depend only on sizes and settings: literals,
 the profile's sizes ``P``, the notebook's parameters, NumPy and the builtins, the regime
-criterion of chapter 5's theory (a function of p and ns), and names the notebook computes from
-those alone. Anything a chapter measures comes from ``toycore``'s
-experiments (``ex``) or another computation, so a label that reads such a name could be reading
-its own row's value: this test reads every chapter's code cells and refuses it.
-"""
+criterion of chapter 5's theory (a function of p and ns) and the cells it counts as too sparse or
+too small to represent features (constants), and names the notebook computes from those alone.
+Anything a chapter measures comes from ``toycore``'s experiments (``ex``) or another
+computation, so a label that reads such a name could be reading its own row's value: this test
+reads every chapter's code cells and refuses it."""
 
 import ast
 import builtins
@@ -22,8 +22,13 @@ LABELS = {"known_failure", "why", "outside_regime"}
 # the names a label may start from: the sizes, the parameters, NumPy, the builtins
 SETTINGS = {"P", "profile", "device", "np"} | set(dir(builtins))
 PARAMETERS = {"P", "profile", "device"}  # settings however the notebook computes them
-# functions of sizes and settings alone, which a label may call
-SIZE_FUNCTIONS = {("th", "in_regime"), ("th", "regime_size")}
+# functions of sizes and settings alone, which a label may call, and settings that toycore names
+SIZE_FUNCTIONS = {
+    ("th", "in_regime"),
+    ("th", "regime_size"),
+    ("ex", "UNREPRESENTED_DENSITY"),  # where chapter 5's features cannot be represented
+    ("ex", "UNREPRESENTED_RATIO"),
+}
 
 
 def _loads(node):

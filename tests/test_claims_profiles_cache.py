@@ -164,8 +164,21 @@ def test_the_findings_list_failures_slips_and_claims_outside_the_regime():
     glance = current.split("## Incidental")[0]
     assert glance.startswith("## At a glance")
     assert "3 claims do not reproduce in this build, 2 at the texts' sizes" in glance
-    assert "too few steps (explanation: `law.a`). `law.b` 2 (in this build)." in glance
-    assert "**unexpected** (at the texts' sizes): reproduces: 0.758" in glance
+    # each claim by its words, linked to its row where the page has one, with what it measured
+    # against what it claims, the reason, and the row that checks the reason
+    assert (
+        '<a href="chapters/03_incidental_polysemanticity.html#claim-law-b">“fails, explained”</a>:'
+        " 2 (the claim: 1), in this build. Why: too few steps. Checked by “reproduces”: 1 (the "
+        "claim: 1), in this build: holds." in glance
+    )
+    assert "law.b" not in glance.replace("#claim-law-b", "")  # no claim id a reader must decode
+    assert (
+        "<strong>unexpected</strong>: “reproduces”: 0.758 (the claim: 1), at the texts' sizes"
+        in glance
+    )
+    assert (
+        "“said to fail, reproduces”: 1 (the claim: 1), in this build. Listed as a known" in glance
+    )
     failing, contradicted, slips, outside_table = current.split("<table")[1:]
     rows = {row.split("</td>")[0]: row for row in failing.split("<tr><td>")[1:]}
     assert "{cite:t}`lecomte2023incidental`" in current and "Warning" not in current
@@ -187,9 +200,32 @@ def test_the_findings_list_failures_slips_and_claims_outside_the_regime():
     assert "Warning" in stale and "experiments.polysemantic.law_fit" in stale
     assert "from a stale record" in stale.split("<table")[1]
     assert (
-        "**unexpected** (at the texts' sizes, from a stale record): reproduces: 0.758"
-        in (stale.split("## Incidental")[0])
+        "<strong>unexpected</strong>: “reproduces”: 0.758 (the claim: 1), at the texts' sizes, "
+        "from a stale record" in (stale.split("## Incidental")[0])
     )
+
+
+def test_at_a_glance_an_explanation_that_fails_is_named_by_its_claim():
+    ledger = Ledger("05_persian_rug", "ci")
+    ledger.at_most("a.why", "explanation: the screen", "s", measured=2.0, bound=1.0)
+    ledger.equal(
+        "a.gap", "the gap", "s", expected=1, measured=3, known_failure="a.why", why="screened"
+    )
+    page = reports.findings(
+        {ledger.chapter: ledger.rows}, {ledger.chapter: []}, {}, {ledger.chapter: set()}, {}
+    )
+    glance = page.split("## The Persian Rug")[0]
+    assert (
+        "<strong>unexpected</strong>: “the gap”: 3 (the claim: 1), in this build. Said to fail "
+        "because screened, but its explanation “the screen”: 2 (the claim: ≤ 1), in this build "
+        "does not hold." in glance
+    )
+    assert "<a href" not in glance.replace('<a href="chapters/05_persian_rug.html">', "")
+    ledger.equal("a.ok", "explanation: holds", "s", expected=1, measured=1)
+    ledger.equal("a.kept", "kept", "s", expected=1, measured=2, known_failure="a.ok", why="w")
+    summary = reports.ledger_summary({ledger.chapter: ledger.rows}, {})
+    assert "- 05_persian_rug: the gap (**unexpected**)" in summary
+    assert "- 05_persian_rug: kept (explained: “holds” holds)" in summary
 
 
 def test_a_text_whose_claims_all_reproduce_says_so_in_a_sentence():

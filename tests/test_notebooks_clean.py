@@ -111,3 +111,20 @@ def test_bookkeeping_cells_are_collapsed(path):
                 f"{path.name}, cell {cell.id}: ledger rows after its figure belong in a cell "
                 "of their own (hide-input)"
             )
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_no_cell_shows_a_ledger_row_as_its_value(path):
+    """A ledger's forms return the row they add, which a cell ending in one would print as a
+    raw dict; a trailing semicolon keeps it off the page (and is not in the statement's syntax
+    tree, so no record's key moves with it)."""
+    for cell in nbformat.read(path, as_version=4).cells:
+        if cell.cell_type != "code":
+            continue
+        body = ast.parse(cell.source).body
+        last = body[-1] if body else None
+        if isinstance(last, ast.Expr) and isinstance(last.value, ast.Call):
+            name = ast.unparse(last.value.func)
+            assert not name.startswith("ledger.") or cell.source.rstrip().endswith(";"), (
+                f"{path.name}, cell {cell.id}: ends in {name}(...), whose row the page would show"
+            )

@@ -28,6 +28,7 @@ in the chapter. The book's findings page is made from both.
 import html
 import json
 import math
+import re
 
 import numpy as np
 
@@ -215,6 +216,39 @@ def row_of(rows, claim_id):
     return next((row for row in rows if row["id"] == claim_id), None)
 
 
+# How a claim that continues the row before it begins ("... and at the grid's sparsest p").
+CONTINUATION = "..."
+
+
+def claim_in_full(row, rows):
+    """A claim's words where it stands alone (a list of failures, not its table): one that
+    continues the claim before it among ``rows`` (its ledger's or its record's) gets that
+    claim's head in front, the words before its first ':' or ' (': "trained models lose what
+    the rug loses (ns → ∞) ... and what an actual rug of the same ns loses"."""
+    claim = row["claim"]
+    if not claim.startswith(CONTINUATION):
+        return claim
+    before = None
+    for other in rows:
+        if other["id"] == row["id"]:
+            break
+        if not other["claim"].startswith(CONTINUATION):
+            before = other["claim"]
+    if before is None:
+        return claim
+    head = re.split(r":| \(", before, maxsplit=1)[0]
+    return f"{head} {claim}"
+
+
+def recorded_as(row, shown):
+    """For a recorded row shown under the claim words ``shown`` (this build's): its own words,
+    where they differ (they name the sizes it ran at), as HTML followed by a line break, else
+    nothing."""
+    if shown is None or row["claim"] == shown:
+        return ""
+    return f"<small>recorded as: “{html.escape(row['claim'])}”</small><br>"
+
+
 def explanation(row, rows):
     """A known failure's explanation row among ``rows`` (a chapter's, or a record's), and
     whether it holds: (row or None, bool). It holds when it is there, inside the text's regime
@@ -352,10 +386,10 @@ class BesideTable:
         self.contexts = contexts or (rows, recorded)
         self.profile = profile or (rows[0]["profile"] if rows else "?")
 
-    def _cell(self, row, context, missing):
+    def _cell(self, row, context, missing, shown=None):
         if row is None:
             return f"<td>{missing}</td><td></td>"
-        measured = _measured(row)
+        measured = recorded_as(row, shown) + _measured(row)
         if row.get("spread") is not None:
             measured += f" ± {_format(row['spread'])}"
         wanted = f"<br><small>expected {html.escape(_wanted(row))}</small>"
@@ -371,13 +405,14 @@ class BesideTable:
             f"<th colspan=2>this build (<code>{self.profile}</code>)</th>"
             "<th colspan=2>the texts' sizes (<code>paper</code>)</th></tr>"
         )
-        body = [
-            f"<tr{_row_id(i) if self.anchors else ''}>"
-            f"<td>{html.escape((here.get(i) or there[i])['claim'])}</td>"
-            f"{self._cell(here.get(i), self.contexts[0], 'not in this build')}"
-            f"{self._cell(there.get(i), self.contexts[1], 'not run')}</tr>"
-            for i in ids
-        ]
+        body = []
+        for i in ids:
+            shown = (here.get(i) or there[i])["claim"]
+            body.append(
+                f"<tr{_row_id(i) if self.anchors else ''}><td>{html.escape(shown)}</td>"
+                f"{self._cell(here.get(i), self.contexts[0], 'not in this build')}"
+                f"{self._cell(there.get(i), self.contexts[1], 'not run', shown)}</tr>"
+            )
         caption = f"<caption>{html.escape(self.source)}</caption>"
         return f'<table class="claims-ledger">{caption}{head}{"".join(body)}</table>'
 

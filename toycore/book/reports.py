@@ -4,7 +4,14 @@ summary and its claim-by-claim comparison with the texts' sizes, and the finding
 import html
 import re
 
-from ..claims import anchor, expected_to_fail, explanation, outside
+from ..claims import (
+    anchor,
+    claim_in_full,
+    expected_to_fail,
+    explanation,
+    outside,
+    recorded_as,
+)
 from ..dependencies import describe_sections
 from ..records import holds_every_section, rows_of, run_sections, runs
 
@@ -22,7 +29,9 @@ TEXTS = {
     "04_sparsity_from_noise": ("Incidental polysemanticity", "lecomte2023incidental"),
     "05_persian_rug": ("The Persian Rug", "persianrug2024"),
 }
-LEDGER_ANCHOR = "claims-ledger"  # the id of each chapter's "## Claims ledger" heading
+LEDGER_ANCHOR = "claims-ledger"
+# How an explanation's claim begins, which a sentence that names it as one leaves out.
+EXPLANATION_PREFIX = "explanation: "  # the id of each chapter's "## Claims ledger" heading
 
 
 def ledger_summary(ledgers, titles):
@@ -44,18 +53,24 @@ def ledger_summary(ledgers, titles):
             f"| [table]({page}#{LEDGER_ANCHOR}) |"
         )
         failing += [
-            f"- {titles.get(stem, stem)}: {row['claim']}"
-            + (
-                f" (explained: `{row.get('explained_by')}` holds)"
-                if expected_to_fail(row, rows)
-                else " (**unexpected**)"
-            )
+            f"- {titles.get(stem, stem)}: {claim_in_full(row, rows)}" + _explained(row, rows)
             for row in tested
             if not row["passed"]
         ]
     if failing:
         lines += ["", "Claims that did not reproduce in this build:", ""] + failing
     return "\n".join(lines)
+
+
+def _explained(row, rows):
+    """After a failing claim in the intro's list: whether its explanation holds, by its words."""
+    if not expected_to_fail(row, rows):
+        return " (**unexpected**)"
+    found, _ = explanation(row, rows)
+    if found is None:  # recorded before rows named their explanation
+        return " (explained in the chapter)"
+    words = claim_in_full(found, rows).removeprefix(EXPLANATION_PREFIX)
+    return f" (explained: “{words}” holds)"
 
 
 def verdict_words(row, rows=()):
@@ -152,7 +167,8 @@ def paper_comparison(ledgers, recorded, titles, stale):
                 else "not in this build"
             )
             there = (
-                verdict_words(paper[claim_id], list(paper.values()))
+                recorded_as(paper[claim_id], row["claim"])
+                + verdict_words(paper[claim_id], list(paper.values()))
                 if claim_id in paper
                 else "not run"
                 if record is None or partial
@@ -225,16 +241,33 @@ def _failure_why(sides):
     return "<strong>unexpected</strong>: not explained yet"
 
 
-def _short_value(row):
-    measured = f"{row['measured']:.3g}"
-    return measured + (f" ± {row['spread']:.2g}" if row.get("spread") is not None else "")
+def _quoted(stem, row, rows, label, row_anchors, prefix=""):
+    """A claim of chapter ``stem`` for a sentence (HTML): its words in full
+    (``claim_in_full`` among ``rows``, its side's) in quotes, less ``prefix`` where they begin
+    with it, linked to its row in its section's table where the page has one, then what it
+    measured against what it claims, on the side ``label`` names."""
+    claim = claim_in_full(row, rows)
+    claim = claim.removeprefix(prefix) if prefix else claim
+    words = f"“{html.escape(claim)}”"
+    if anchor(row["id"]) in row_anchors:
+        words = f'<a href="chapters/{stem}.html#{anchor(row["id"])}">{words}</a>'
+    return f"{words}: {html.escape(_value(row))}, {label}"
 
 
-def _at_a_glance(name, stems, ledgers, recorded, stale):
-    """One text's summary for the top of the findings page, in Markdown: how many of its claims
-    fail in this build and at the texts' sizes, then each explanation with the values of the
-    claims it explains (at the texts' sizes where recorded, else in this build), then each
-    unexpected failure with its value; a value from a stale part of a record says so."""
+def _glance_item(stem, words):
+    """One item of a text's list at a glance: its chapter, linked, then ``words``."""
+    chapter = f'<a href="chapters/{stem}.html">{_chapter(stem).capitalize()}</a>'
+    return f"<li>{chapter}: {words}</li>"
+
+
+def _at_a_glance(name, stems, ledgers, recorded, stale, anchors):
+    """One text's summary for the top of the findings page: how many of its claims fail in
+    this build and at the texts' sizes (Markdown), then a list (HTML, since claims hold
+    characters Markdown reads as markup): each reason a failure is expected, with the claims it
+    explains, what each measured against what it claims (at the texts' sizes where recorded,
+    else in this build) and the row that checks the reason; then each unexpected failure with
+    its value, and its explanation's where it has one. A value from a stale part of a record
+    says so. ``anchors``: {chapter: the row anchors its page has}, for links to the rows."""
     groups, unexpected, counted = {}, [], [0, 0]
     for stem in stems:
         here = ledgers[stem]
@@ -254,12 +287,12 @@ def _at_a_glance(name, stems, ledgers, recorded, stale):
                 if row["passed"] and not row.get("known_failure"):
                     continue
                 if not expected or row["passed"]:
-                    unexpected.append((stem, label, row))
+                    unexpected.append((stem, label, row, rows))
                     continue
                 why = row.get("why") or said.get(row["id"]) or "explained in the chapter"
                 shown = groups.setdefault((stem, why), {})
                 if row["id"] not in shown or side == 1:  # the texts' sizes where recorded
-                    shown[row["id"]] = (label, row)
+                    shown[row["id"]] = (label, row, rows)
     here = f"{counted[0]} claim does not" if counted[0] == 1 else f"{counted[0]} claims do not"
     everything = (
         "every claim checked reproduces, in this build and at the texts' sizes"
@@ -271,19 +304,51 @@ def _at_a_glance(name, stems, ledgers, recorded, stale):
         if counted == [0, 0]
         else f"**{name}**: {here} reproduce in this build, {counted[1]} at the texts' sizes."
     ]
-    for (stem, why), shown in groups.items():
-        values = "; ".join(
-            f"`{claim_id}` {_short_value(row)} ({label})"
-            for claim_id, (label, row) in shown.items()
+    # where each claim comes in its chapter: the build's rows in order, a row only the record
+    # holds (at sizes this build lacks) where the build's rows of its family ("headline.") come
+    order = {}
+    for stem in stems:
+        there = rows_of(recorded[stem]) if stem in recorded else []
+        for row in ledgers[stem] + there:
+            family = (stem, row["id"].split(".")[0])
+            order.setdefault(family, len(order))
+            order.setdefault((stem, row["id"]), (order[family], len(order)))
+
+    def place(stem, claim_ids):
+        return min(order[stem, claim_id] for claim_id in claim_ids)
+
+    items = []
+    for (stem, why), shown in sorted(groups.items(), key=lambda g: place(g[0][0], g[1])):
+        page = anchors.get(stem, ())
+        claims = "; ".join(
+            _quoted(stem, row, rows, label, page) for label, row, rows in shown.values()
         )
-        named = {row.get("explained_by") for _, row in shown.values()} - {None, ""}
-        because = f" (explanation: {', '.join(f'`{n}`' for n in sorted(named))})" if named else ""
-        lines.append(f"- {_chapter(stem).capitalize()}: {why}{because}. {values}.")
-    for stem, label, row in unexpected:
-        lines.append(
-            f"- {_chapter(stem).capitalize()}, **unexpected** ({label}): {row['claim']}: "
-            f"{_short_value(row)}."
+        checks = {}  # an explanation shared by several claims is named once
+        for label, row, rows in shown.values():
+            found, _ = explanation(row, rows)
+            if found:
+                checks.setdefault(found["id"], (found, rows, label))
+        checked = "".join(
+            f" Checked by {_quoted(stem, found, rows, label, page, EXPLANATION_PREFIX)}: holds."
+            for found, rows, label in checks.values()
         )
+        items.append(_glance_item(stem, f"{claims}. Why: {html.escape(why)}.{checked}"))
+    for stem, label, row, rows in sorted(unexpected, key=lambda u: place(u[0], [u[2]["id"]])):
+        page = anchors.get(stem, ())
+        words = f"<strong>unexpected</strong>: {_quoted(stem, row, rows, label, page)}."
+        found, _ = explanation(row, rows)
+        if row.get("known_failure") and not row["passed"]:
+            because = html.escape(row.get("why") or "")
+            verdict = "was not run"
+            if found:
+                found_words = _quoted(stem, found, rows, label, page, EXPLANATION_PREFIX)
+                verdict = f"{found_words} does not hold"
+            words += f" Said to fail because {because}, but its explanation {verdict}."
+        elif row["passed"]:
+            words += " Listed as a known failure, it reproduces."
+        items.append(_glance_item(stem, words))
+    if items:
+        lines += ["", '<ul class="glance">' + "".join(items) + "</ul>"]
     return lines
 
 
@@ -300,7 +365,7 @@ def findings(ledgers, corrections, recorded, anchors, stale):
         texts.setdefault(TEXTS[stem], []).append(stem)
     lines = ["## At a glance", ""]
     for (name, _), stems in texts.items():
-        lines += _at_a_glance(name, stems, ledgers, recorded, stale) + [""]
+        lines += _at_a_glance(name, stems, ledgers, recorded, stale, anchors) + [""]
     for (name, key), stems in texts.items():
         failing, contradicted, repaired, beyond, warnings = [], [], [], [], []
         for stem in stems:
@@ -324,14 +389,17 @@ def findings(ledgers, corrections, recorded, anchors, stale):
                 sides = [
                     (r, rows, where) for r, rows, where in zip((mine, theirs), contexts, SIDES) if r
                 ]
+                side_rows = contexts[0] if mine else contexts[1]
                 start = (
-                    f"<tr><td>{html.escape(row['claim'])}</td>"
+                    f"<tr><td>{html.escape(claim_in_full(row, side_rows))}</td>"
                     f"<td>{_link(stem, page, claim_id)}</td>"
                 )
                 stale_row = bool(theirs and old and old[theirs["part"]])
+                recorded_words = recorded_as(theirs, row["claim"]) if theirs else ""
                 cells = (
                     f"<td>{_side(mine, contexts[0], missing='not in this build')}</td>"
-                    f"<td>{_side(theirs, contexts[1], stale_row) if record else 'no record'}"
+                    f"<td>{recorded_words}"
+                    f"{_side(theirs, contexts[1], stale_row) if record else 'no record'}"
                     "</td></tr>"
                 )
                 if any(not outside(r) and not r["passed"] for r, _, _ in sides):

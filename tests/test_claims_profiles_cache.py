@@ -8,7 +8,9 @@ from toycore.claims import (
     BesideTable,
     Ledger,
     LedgerTable,
+    claim_in_full,
     load_ledgers,
+    recorded_as,
     seed_tolerance,
     unexpected_verdicts,
 )
@@ -92,7 +94,10 @@ def test_known_failures_keep_their_computed_verdict_and_are_expected_while_expla
     )
     assert not row["passed"] and row["known_failure"] and row["explained_by"] == "a"
     assert not ledger.all_passed and unexpected_verdicts(ledger.rows) == []
-    assert "explained: <code>a</code> holds" in ledger.table("b")._repr_html_()
+    # the explanation named as the verdicts and the prose name it, linked to its row
+    assert (
+        'explained: <a href="#claim-a"><code>a</code></a> holds' in ledger.table("b")._repr_html_()
+    )
     # a known failure that reproduces after all is unexpected
     ledger.equal(
         "c", "said not to hold", "s", expected=1.0, measured=1.0, known_failure="a", why="w"
@@ -106,8 +111,8 @@ def test_known_failures_keep_their_computed_verdict_and_are_expected_while_expla
     )
     assert unexpected_verdicts(ledger.rows) == ["c", "e", "f", "g"]
     html = ledger.table()._repr_html_()
-    assert "its explanation <code>e</code> fails" in html
-    assert "its explanation <code>z</code> was not run" in html
+    assert 'its explanation <a href="#claim-e"><code>e</code></a> fails' in html
+    assert 'its explanation <a href="#claim-z"><code>z</code></a> was not run' in html
     with pytest.raises(ValueError, match="why="):  # a known failure says why, in one sentence
         ledger.equal("d", "c", "s", expected=1.0, measured=2.0, known_failure="a")
     with pytest.raises(ValueError, match="names the row that tests its explanation"):
@@ -343,7 +348,9 @@ def test_this_builds_rows_stand_beside_the_recorded_ones():
     assert f"<td>0.9 ± 0.01{wanted}" in at_64 and "does not reproduce" in at_64
     noted = wanted.replace("</td>", "<br><small>3 &lt;seeds&gt;</small></td>")  # the note, escaped
     assert f'<td>0.98 ± 0.01{noted}<td><span style="color:#1a7f37">reproduces' in at_64
-    assert at_2048.startswith("<td>at 2048</td><td>not in this build</td>")
+    assert at_2048.startswith(
+        "<td>at 2048<br><small><code>h.ns2048</code></small></td><td>not in this build</td>"
+    )
     assert "id=" not in html
     # a build that ran none of the claims still says which profile it is
     alone = BesideTable([], recorded, "recorded somewhere", profile="cpu")._repr_html_()
@@ -364,3 +371,31 @@ def test_a_tolerance_from_the_seeds_is_the_half_width_of_their_t_interval():
     assert seed_tolerance([1.0, 2.0, 3.0]) == pytest.approx(4.303 / 3**0.5, rel=1e-3)
     assert seed_tolerance([1.0, float("nan"), 3.0]) == pytest.approx(12.706, rel=1e-3)
     assert seed_tolerance([1.0, float("nan")]) == float("inf")  # one seed: spread unknown
+
+
+def test_a_claim_stands_alone_with_the_head_of_the_one_it_continues():
+    rows = [
+        dict(id="a", claim="trained models lose what the rug loses (ns → ∞): at 64"),
+        dict(id="b", claim="... and what an actual rug loses: at 64"),
+        dict(id="c", claim="the drop starts around p: largest gap"),
+    ]
+    assert claim_in_full(rows[1], rows) == (
+        "trained models lose what the rug loses ... and what an actual rug loses: at 64"
+    )
+    assert claim_in_full(rows[2], rows) == rows[2]["claim"]
+    assert claim_in_full(rows[1], rows[1:]) == rows[1]["claim"]  # nothing before it
+    recorded = dict(rows[0], claim="trained models lose what the rug loses: at 2048")
+    assert recorded_as(recorded, rows[0]["claim"]) == (
+        "<small>recorded as: “trained models lose what the rug loses: at 2048”</small><br>"
+    )
+    assert recorded_as(rows[0], rows[0]["claim"]) == ""
+    reworded = dict(rows[0], claim="trained models lose what the rug loses (ns → ∞), at 64")
+    assert recorded_as(reworded, rows[0]["claim"]) == ""  # the same numbers: read as it is now
+    ledger = Ledger("99_example", "ci")
+    ledger.close_to("h.rug", "a rug at ns = 64", "s", expected=1, measured=1, tolerance=0.1)
+    there = dict(ledger.rows[0], claim="a rug at ns = 8192", profile="paper")
+    beside = BesideTable(ledger.rows, [there], "recorded")._repr_html_()
+    assert "<td>a rug at ns = 64<br><small><code>h.rug</code></small></td>" in beside
+    assert "recorded as: “a rug at ns = 8192”" in beside
+    alone = BesideTable([], [there], "recorded")._repr_html_()  # under its own words
+    assert "<td>a rug at ns = 8192<br>" in alone and "recorded as" not in alone

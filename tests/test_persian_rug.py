@@ -509,6 +509,27 @@ def test_the_trend_past_the_texts_sizes_joins_two_sweeps_and_reads_its_slope():
     assert ex.beyond_words([]) == "not recorded yet."
 
 
+def test_where_ratios_lie_against_one_in_words():
+    assert ex.sides_words({64: 1.164, 128: 0.95, 256: 0.84}) == (
+        "below it at ns = 128, 256 (0.84 to 0.95 times it) and above it at ns = 64 (1.16 times it)"
+    )
+    assert ex.sides_words({512: 1.2}) == "above it at ns = 512 (1.20 times it)"
+    assert ex.sides_words({512: float("nan")}) == "nowhere: every model hit the cap"
+
+
+def test_section_11s_redraw_of_the_texts_sizes_in_words():
+    trend = dict(id="beyond.trend", note="trained / rug: ns = 1024: 0.839, ns = 4096: 0.985; s")
+    rows = [trend, dict(id="headline.ns1024", measured=0.811)]
+    devices = {"beyond.trend": "a GPU", "headline.ns1024": "a CPU"}
+    assert ex.redraw_words(rows, devices) == (
+        "Section 11's record trained the texts' sizes again (on a GPU; section 3's on a CPU, "
+        "whose random streams differ): where both records hold a size, its ratios differ from "
+        "section 3's by up to 0.028 (at ns = 1024): other draws of the same recipe."
+    )
+    assert "in a run of its own" in ex.redraw_words(rows, dict.fromkeys(devices, "a GPU"))
+    assert ex.redraw_words(rows[:1], devices) == "" and ex.redraw_words([], {}) == ""
+
+
 def test_figure_2_and_figures_4_to_7_in_words_from_a_ledger_or_a_record():
     ledger = Ledger("05_persian_rug", "paper")
     ledger.close_to(

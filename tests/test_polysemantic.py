@@ -277,3 +277,14 @@ def test_the_coupling_of_a_split_s_two_races_is_zero_when_they_are_independent()
     assert coupled.excess > 10 * coupled.se
     with pytest.raises(ValueError, match="same and on different copies"):
         ex.split_coupling(separated[:3], np.ones(3, dtype=bool))
+
+
+def test_where_the_benefit_outweighs_the_interference_in_words():
+    hiddens = [64, 128, 256, 512]
+    words = ex.dominance_words(hiddens, 64, [0.32, 0.16, 0.08, 0.04], [0.13, 0.14, 0.15, 0.15])
+    assert words == "from m = 4n on; at m = n the interference, 0.320, is above the benefit, 0.130"
+    assert ex.dominance_words(hiddens, 64, [0.1] * 4, [0.2] * 4).startswith("at every m")
+    assert ex.dominance_words(hiddens, 64, [0.3] * 4, [0.2] * 4).startswith("at no m")
+    # not from some m on: each m where it does
+    mixed = ex.dominance_words(hiddens, 64, [0.3, 0.1, 0.3, 0.1], [0.2] * 4)
+    assert mixed.startswith("at m = 2n, 8n;")

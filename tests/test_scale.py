@@ -355,6 +355,13 @@ def test_a_part_replaces_the_parts_it_overlaps(tmp_path):
     assert write([_row("c", True)], [4]) == [[1, 2, 3], [4], [5]]
     assert write([_row("d", True)], [3, 4]) == [[3, 4], [5]]  # overlaps two
     assert [row["id"] for row in records.recorded_rows("99_example", folder=tmp_path)] == ["d", "b"]
+    records.write_parts("99_example", [_part([_row("f", True)], [6], device="a CPU")], tmp_path)
+    assert records.recorded_devices("99_example", tmp_path) == {
+        "d": "NVIDIA H100 80GB HBM3",
+        "b": "NVIDIA H100 80GB HBM3",
+        "f": "a CPU",
+    }
+    assert records.recorded_devices("99_missing", tmp_path) == {}
     assert write([_row("e", True)], None) == [None]  # the whole chapter replaces every part
 
 

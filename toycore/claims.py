@@ -242,9 +242,10 @@ def claim_in_full(row, rows):
 
 def recorded_as(row, shown):
     """For a recorded row shown under the claim words ``shown`` (this build's): its own words,
-    where they differ (they name the sizes it ran at), as HTML followed by a line break, else
-    nothing."""
-    if shown is None or row["claim"] == shown:
+    where they name other numbers (the sizes it ran at: ns = 2048, not 512), as HTML followed
+    by a line break, else nothing; a claim reworded since it was recorded reads as it is now."""
+    numbers = re.compile(r"\d+(?:\.\d+)?")
+    if shown is None or numbers.findall(row["claim"]) == numbers.findall(shown):
         return ""
     return f"<small>recorded as: “{html.escape(row['claim'])}”</small><br>"
 
@@ -285,16 +286,16 @@ def verdict_html(row, rows=()):
     verdict = '<strong style="color:#cf222e">does not reproduce</strong>'
     if row.get("known_failure"):
         found, holds = explanation(row, rows)
-        name = html.escape(row.get("explained_by") or "")
+        # a link to the explanation's row, where the page has one (a section's own table)
+        by = row.get("explained_by") or ""
+        name = f'<a href="#{anchor(by)}"><code>{html.escape(by)}</code></a>'
         if "explained_by" not in row:
             verdict += "<br><small>(explained in the chapter)</small>"
         elif holds:
-            verdict += f"<br><small>(explained: <code>{name}</code> holds)</small>"
+            verdict += f"<br><small>(explained: {name} holds)</small>"
         else:
             state = "fails" if found else "was not run"
-            verdict += (
-                f"<br><small>(unexpected: its explanation <code>{name}</code> {state})</small>"
-            )
+            verdict += f"<br><small>(unexpected: its explanation {name} {state})</small>"
     return verdict
 
 
@@ -325,6 +326,12 @@ def _row_id(claim_id):
     return f' id="{anchor(claim_id)}"'
 
 
+def _claim_cell(row):
+    """A row's claim as a table's first cell shows it, its id under it: the name the prose
+    and the verdicts give it."""
+    return f"{html.escape(row['claim'])}<br><small><code>{html.escape(row['id'])}</code></small>"
+
+
 class LedgerTable:
     """Rows as the chapters' tables show them; ``anchors``: give each row its HTML id;
     ``note``: a line under the caption (where the texts' sizes stand, ``records.ledger_table``);
@@ -350,7 +357,7 @@ class LedgerTable:
             expected, tolerance = _expected_columns(r)
             row_id = _row_id(r["id"]) if self.anchors else ""
             body.append(
-                f"<tr{row_id}><td>{html.escape(r['claim'])}{note}</td>"
+                f"<tr{row_id}><td>{_claim_cell(r)}{note}</td>"
                 f"<td>{html.escape(r['source'])}</td>"
                 f"<td>{expected}</td><td>{measured}</td><td>{tolerance}</td>"
                 f"<td>{verdict}</td></tr>"
@@ -407,9 +414,10 @@ class BesideTable:
         )
         body = []
         for i in ids:
-            shown = (here.get(i) or there[i])["claim"]
+            row = here.get(i) or there[i]
+            shown = row["claim"]
             body.append(
-                f"<tr{_row_id(i) if self.anchors else ''}><td>{html.escape(shown)}</td>"
+                f"<tr{_row_id(i) if self.anchors else ''}><td>{_claim_cell(row)}</td>"
                 f"{self._cell(here.get(i), self.contexts[0], 'not in this build')}"
                 f"{self._cell(there.get(i), self.contexts[1], 'not run', shown)}</tr>"
             )

@@ -310,6 +310,16 @@ def recorded_rows(chapter, *prefixes, folder=None):
     return [row for row in rows if row["id"].startswith(prefixes)] if prefixes else rows
 
 
+def recorded_devices(chapter, folder=None):
+    """The device each of ``chapter``'s recorded rows was recorded on: {claim id: device}."""
+    record = load(folder).get(chapter)
+    if not record:
+        return {}
+    return {
+        row["id"]: record["parts"][row["part"]]["provenance"]["device"] for row in rows_of(record)
+    }
+
+
 def value_text(value, spec=".2f"):
     """A measured value as text for prose, ``format(value, spec)``; "none" where a row had
     nothing to measure (an infinite or NaN value, as a minimum over no cases)."""

@@ -167,15 +167,18 @@ def paper_comparison(ledgers, recorded, titles, stale):
                 else "not in this build"
             )
             there = (
-                recorded_as(paper[claim_id], row["claim"])
-                + verdict_words(paper[claim_id], list(paper.values()))
+                verdict_words(paper[claim_id], list(paper.values()))
                 if claim_id in paper
                 else "not run"
                 if record is None or partial
                 else "not recorded"
             )
+            recorded_words = recorded_as(paper[claim_id], row["claim"]) if claim_id in paper else ""
+            if recorded_words:
+                recorded_words = "<br>" + recorded_words.removesuffix("<br>")
             table.append(
-                f"<tr><td>{html.escape(row['claim'])}</td><td>{here}</td><td>{there}</td></tr>"
+                f"<tr><td>{html.escape(row['claim'])}{recorded_words}</td><td>{here}</td>"
+                f"<td>{there}</td></tr>"
             )
         lines += ["", "".join(table) + "</table>", ""]
     return "\n".join(lines)

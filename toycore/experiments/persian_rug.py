@@ -254,6 +254,23 @@ def trend_words(rows, claim_id="headline.trend"):
     return f"shows no clear trend ({z:+.1f} standard errors of its slope)"
 
 
+def sides_words(ratios):
+    """Where ratios to a reference lie, per ns ({ns: ratio}), as a clause the prose can quote:
+    "below it at ns = 128, 256 (0.84 to 0.95 times it) and above it at ns = 64 (1.16 times
+    it)"; a NaN ratio (every model capped) is left out."""
+    clauses = []
+    for words, side in (
+        ("below", {n: r for n, r in ratios.items() if r < 1}),
+        ("above", {n: r for n, r in ratios.items() if r >= 1}),
+    ):
+        if side:
+            low, high = min(side.values()), max(side.values())
+            times = f"{low:.2f}" if low == high else f"{low:.2f} to {high:.2f}"
+            sizes = ", ".join(map(str, side))
+            clauses.append(f"{words} it at ns = {sizes} ({times} times it)")
+    return " and ".join(clauses) or "nowhere: every model hit the cap"
+
+
 def beyond_words(rows):
     """What section 11's trend row (``beyond.trend`` of a ledger or a record) found, as a
     sentence the prose can quote: trained / rug at each size and whether it closes toward 1."""
@@ -266,6 +283,37 @@ def beyond_words(rows):
         f"{ratio} at ns = {n}" for n, ratio in re.findall(r"ns = (\d+): ([^,]+)", ratios)
     )
     return f"trained / rug {sizes}; the trend ({slope}) {trend_words(rows, 'beyond.trend')}."
+
+
+def redraw_words(rows, devices):
+    """How section 11's recorded ratios at the texts' sizes compare with section 3's, as a
+    sentence the prose can quote (empty without both); ``rows``: the chapter's recorded rows,
+    ``devices``: the device each was recorded on, by id (``records.recorded_devices``).
+    Section 11 trains the headline's sweep again in its own run, so its models are other draws
+    of the same recipe where the two were made on different devices, whose random streams
+    differ."""
+    trend = row_of(rows, "beyond.trend")
+    if trend is None:
+        return ""
+    theirs = {
+        int(n): float(ratio) for n, ratio in re.findall(r"ns = (\d+): ([\d.]+)", trend["note"])
+    }
+    ours = {n: row_of(rows, f"headline.ns{n}") for n in theirs}
+    ours = {n: row["measured"] for n, row in ours.items() if row is not None}
+    if not ours:
+        return ""
+    gap, at = max((abs(theirs[n] - ours[n]), n) for n in ours)
+    mine, other = devices["beyond.trend"], devices[f"headline.ns{at}"]
+    where = (
+        f"on {mine}; section 3's on {other}, whose random streams differ"
+        if mine != other
+        else "in a run of its own"
+    )
+    return (
+        f"Section 11's record trained the texts' sizes again ({where}): where both records "
+        f"hold a size, its ratios differ from section 3's by up to {gap:.3f} (at ns = {at}): "
+        "other draws of the same recipe."
+    )
 
 
 def figure2_words(rows, missing):

@@ -429,6 +429,32 @@ def initial_forces(features, hiddens, seeds, std_scale=1.0):
     )
 
 
+def dominance_words(hiddens, features, interference, benefit):
+    """Where the feature benefit outweighs the interference along m (``initial_forces``'
+    (hiddens,) arrays), as a clause the prose can quote: "from m = 2n on; at m = n the
+    interference, 0.323, is above the benefit, 0.133"."""
+
+    def size(m):
+        return "n" if m == features else f"{m // features}n"
+
+    hiddens = list(hiddens)
+    ahead = [m for m, i, b in zip(hiddens, interference, benefit) if b > i]
+    first = (
+        f"at m = {size(hiddens[0])} the interference, {interference[0]:.3f}, is "
+        f"{'above' if interference[0] > benefit[0] else 'not above'} the benefit, "
+        f"{benefit[0]:.3f}"
+    )
+    if not ahead:
+        where = "at no m of this sweep"
+    elif ahead == hiddens:
+        where = "at every m of this sweep"
+    elif ahead == hiddens[hiddens.index(ahead[0]) :]:
+        where = f"from m = {size(ahead[0])} on"
+    else:
+        where = "at m = " + ", ".join(map(size, ahead))
+    return f"{where}; {first}"
+
+
 @dataclass(frozen=True)
 class OverlapDecay:
     """How the mean positive overlap of a gradient-descent run falls, read off its records."""

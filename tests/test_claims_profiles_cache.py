@@ -226,7 +226,7 @@ def test_at_a_glance_an_explanation_that_fails_is_named_by_its_claim():
         "does not hold." in glance
     )
     assert "<a href" not in glance.replace('<a href="chapters/05_persian_rug.html">', "")
-    ledger.equal("a.ok", "explanation: holds", "s", expected=1, measured=1)
+    ledger.equal("a.ok", "explanation, directly: holds", "s", expected=1, measured=1)
     ledger.equal("a.kept", "kept", "s", expected=1, measured=2, known_failure="a.ok", why="w")
     summary = reports.ledger_summary({ledger.chapter: ledger.rows}, {})
     assert "- 05_persian_rug: the gap (**unexpected**)" in summary

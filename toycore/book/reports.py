@@ -29,9 +29,10 @@ TEXTS = {
     "04_sparsity_from_noise": ("Incidental polysemanticity", "lecomte2023incidental"),
     "05_persian_rug": ("The Persian Rug", "persianrug2024"),
 }
-LEDGER_ANCHOR = "claims-ledger"
-# How an explanation's claim begins, which a sentence that names it as one leaves out.
-EXPLANATION_PREFIX = "explanation: "  # the id of each chapter's "## Claims ledger" heading
+LEDGER_ANCHOR = "claims-ledger"  # the id of each chapter's "## Claims ledger" heading
+# How an explanation's claim begins ("explanation: ", "explanation, directly: "), which a
+# sentence that names it as one leaves out.
+EXPLANATION_PREFIX = re.compile(r"^explanation[^:]*:\s*")
 
 
 def ledger_summary(ledgers, titles):
@@ -69,7 +70,7 @@ def _explained(row, rows):
     found, _ = explanation(row, rows)
     if found is None:  # recorded before rows named their explanation
         return " (explained in the chapter)"
-    words = claim_in_full(found, rows).removeprefix(EXPLANATION_PREFIX)
+    words = EXPLANATION_PREFIX.sub("", claim_in_full(found, rows))
     return f" (explained: “{words}” holds)"
 
 
@@ -244,13 +245,13 @@ def _failure_why(sides):
     return "<strong>unexpected</strong>: not explained yet"
 
 
-def _quoted(stem, row, rows, label, row_anchors, prefix=""):
+def _quoted(stem, row, rows, label, row_anchors, prefix=None):
     """A claim of chapter ``stem`` for a sentence (HTML): its words in full
-    (``claim_in_full`` among ``rows``, its side's) in quotes, less ``prefix`` where they begin
-    with it, linked to its row in its section's table where the page has one, then what it
-    measured against what it claims, on the side ``label`` names."""
+    (``claim_in_full`` among ``rows``, its side's) in quotes, less what ``prefix`` (a pattern)
+    matches at their start, linked to its row in its section's table where the page has one,
+    then what it measured against what it claims, on the side ``label`` names."""
     claim = claim_in_full(row, rows)
-    claim = claim.removeprefix(prefix) if prefix else claim
+    claim = prefix.sub("", claim) if prefix else claim
     words = f"“{html.escape(claim)}”"
     if anchor(row["id"]) in row_anchors:
         words = f'<a href="chapters/{stem}.html#{anchor(row["id"])}">{words}</a>'

@@ -185,7 +185,8 @@ def test_the_findings_list_failures_slips_and_claims_outside_the_regime():
         "“said to fail, reproduces”: 1 (the claim: 1), in this build. Listed as a known" in glance
     )
     failing, contradicted, slips, outside_table = current.split("<table")[1:]
-    rows = {row.split("</td>")[0]: row for row in failing.split("<tr><td>")[1:]}
+    # each row by its claim's words (its id is under them)
+    rows = {row.split("<br>")[0]: row for row in failing.split("<tr><td>")[1:]}
     assert "{cite:t}`lecomte2023incidental`" in current and "Warning" not in current
     assert "too few steps" in rows["fails, explained"] and "#claim-law-b" in failing
     assert "explanation <code>law.a</code>: holds in this build" in rows["fails, explained"]
@@ -222,8 +223,8 @@ def test_at_a_glance_an_explanation_that_fails_is_named_by_its_claim():
     glance = page.split("## The Persian Rug")[0]
     assert (
         "<strong>unexpected</strong>: “the gap”: 3 (the claim: 1), in this build. Said to fail "
-        "because screened, but its explanation “the screen”: 2 (the claim: ≤ 1), in this build "
-        "does not hold." in glance
+        "because screened, but its explanation does not hold: “the screen”: 2 (the claim: ≤ 1), "
+        "in this build." in glance
     )
     assert "<a href" not in glance.replace('<a href="chapters/05_persian_rug.html">', "")
     ledger.equal("a.ok", "explanation, directly: holds", "s", expected=1, measured=1)
@@ -399,3 +400,23 @@ def test_a_claim_stands_alone_with_the_head_of_the_one_it_continues():
     assert "recorded as: “a rug at ns = 8192”" in beside
     alone = BesideTable([], [there], "recorded")._repr_html_()  # under its own words
     assert "<td>a rug at ns = 8192<br>" in alone and "recorded as" not in alone
+
+
+def test_at_a_glance_a_claim_failing_on_both_sides_shows_both_values():
+    ledger = Ledger("03_incidental_polysemanticity", "ci")
+    ledger.equal("law.a", "the reason", "s", expected=1, measured=1)
+    ledger.equal(
+        "law.b", "the claim", "s", expected=1, measured=2, known_failure="law.a", why="few steps"
+    )
+    recorded = [dict(row, part=0) for row in ledger.rows]
+    recorded[1]["measured"] = 3
+    record = {"parts": [{"sections": None, "rows": recorded}]}
+    page = reports.findings(
+        {ledger.chapter: ledger.rows}, {ledger.chapter: []}, {ledger.chapter: record}, {}, {}
+    )
+    glance = page.split("## Incidental")[0]
+    assert (
+        "“the claim”: 2 (the claim: 1), in this build; 3 (the claim: 1), at the texts' sizes. "
+        "Why: few steps. Checked by “the reason”: 1 (the claim: 1), in this build; 1 (the claim: "
+        "1), at the texts' sizes: holds." in glance
+    )

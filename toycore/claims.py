@@ -326,10 +326,15 @@ def _row_id(claim_id):
     return f' id="{anchor(claim_id)}"'
 
 
+def id_line(claim_id):
+    """A claim's id as the tables show it under the claim's words: the name the prose and the
+    verdicts give it."""
+    return f"<br><small><code>{html.escape(claim_id)}</code></small>"
+
+
 def _claim_cell(row):
-    """A row's claim as a table's first cell shows it, its id under it: the name the prose
-    and the verdicts give it."""
-    return f"{html.escape(row['claim'])}<br><small><code>{html.escape(row['id'])}</code></small>"
+    """A row's claim as a table's first cell shows it, its id under it."""
+    return html.escape(row["claim"]) + id_line(row["id"])
 
 
 class LedgerTable:

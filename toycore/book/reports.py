@@ -9,6 +9,7 @@ from ..claims import (
     claim_in_full,
     expected_to_fail,
     explanation,
+    id_line,
     outside,
     recorded_as,
 )
@@ -178,7 +179,8 @@ def paper_comparison(ledgers, recorded, titles, stale):
             if recorded_words:
                 recorded_words = "<br>" + recorded_words.removesuffix("<br>")
             table.append(
-                f"<tr><td>{html.escape(row['claim'])}{recorded_words}</td><td>{here}</td>"
+                f"<tr><td>{html.escape(row['claim'])}{id_line(claim_id)}{recorded_words}</td>"
+                f"<td>{here}</td>"
                 f"<td>{there}</td></tr>"
             )
         lines += ["", "".join(table) + "</table>", ""]
@@ -245,17 +247,20 @@ def _failure_why(sides):
     return "<strong>unexpected</strong>: not explained yet"
 
 
-def _quoted(stem, row, rows, label, row_anchors, prefix=None):
-    """A claim of chapter ``stem`` for a sentence (HTML): its words in full
-    (``claim_in_full`` among ``rows``, its side's) in quotes, less what ``prefix`` (a pattern)
-    matches at their start, linked to its row in its section's table where the page has one,
-    then what it measured against what it claims, on the side ``label`` names."""
+def _quoted(stem, sides, row_anchors, prefix=None):
+    """A claim of chapter ``stem`` for a sentence (HTML), from ``sides``, the (label, row,
+    rows) of each side it is shown on: its words in full (``claim_in_full``, the last side's)
+    in quotes, less what ``prefix`` (a pattern) matches at their start, linked to its row in its
+    section's table where the page has one, then on each side what it measured against what it
+    claims, and which side ``label`` names."""
+    _, row, rows = sides[-1]
     claim = claim_in_full(row, rows)
     claim = prefix.sub("", claim) if prefix else claim
     words = f"“{html.escape(claim)}”"
     if anchor(row["id"]) in row_anchors:
         words = f'<a href="chapters/{stem}.html#{anchor(row["id"])}">{words}</a>'
-    return f"{words}: {html.escape(_value(row))}, {label}"
+    values = "; ".join(f"{html.escape(_value(row))}, {label}" for label, row, _ in sides)
+    return f"{words}: {values}"
 
 
 def _glance_item(stem, words):
@@ -294,9 +299,10 @@ def _at_a_glance(name, stems, ledgers, recorded, stale, anchors):
                     unexpected.append((stem, label, row, rows))
                     continue
                 why = row.get("why") or said.get(row["id"]) or "explained in the chapter"
-                shown = groups.setdefault((stem, why), {})
-                if row["id"] not in shown or side == 1:  # the texts' sizes where recorded
-                    shown[row["id"]] = (label, row, rows)
+                # each claim once, with its value on every side where it fails
+                groups.setdefault((stem, why), {}).setdefault(row["id"], []).append(
+                    (label, row, rows)
+                )
     here = f"{counted[0]} claim does not" if counted[0] == 1 else f"{counted[0]} claims do not"
     everything = (
         "every claim checked reproduces, in this build and at the texts' sizes"
@@ -324,29 +330,29 @@ def _at_a_glance(name, stems, ledgers, recorded, stale, anchors):
     items = []
     for (stem, why), shown in sorted(groups.items(), key=lambda g: place(g[0][0], g[1])):
         page = anchors.get(stem, ())
-        claims = "; ".join(
-            _quoted(stem, row, rows, label, page) for label, row, rows in shown.values()
-        )
-        checks = {}  # an explanation shared by several claims is named once
-        for label, row, rows in shown.values():
-            found, _ = explanation(row, rows)
-            if found:
-                checks.setdefault(found["id"], (found, rows, label))
+        claims = "; ".join(_quoted(stem, sides, page) for sides in shown.values())
+        checks = {}  # an explanation shared by several claims is named once, on each side
+        for sides in shown.values():
+            for label, row, rows in sides:
+                found, _ = explanation(row, rows)
+                if found:
+                    named = checks.setdefault(found["id"], {})
+                    named.setdefault(label, (label, found, rows))
         checked = "".join(
-            f" Checked by {_quoted(stem, found, rows, label, page, EXPLANATION_PREFIX)}: holds."
-            for found, rows, label in checks.values()
+            f" Checked by {_quoted(stem, list(named.values()), page, EXPLANATION_PREFIX)}: holds."
+            for named in checks.values()
         )
         items.append(_glance_item(stem, f"{claims}. Why: {html.escape(why)}.{checked}"))
     for stem, label, row, rows in sorted(unexpected, key=lambda u: place(u[0], [u[2]["id"]])):
         page = anchors.get(stem, ())
-        words = f"<strong>unexpected</strong>: {_quoted(stem, row, rows, label, page)}."
+        words = f"<strong>unexpected</strong>: {_quoted(stem, [(label, row, rows)], page)}."
         found, _ = explanation(row, rows)
         if row.get("known_failure") and not row["passed"]:
             because = html.escape(row.get("why") or "")
             verdict = "was not run"
             if found:
-                found_words = _quoted(stem, found, rows, label, page, EXPLANATION_PREFIX)
-                verdict = f"{found_words} does not hold"
+                found_words = _quoted(stem, [(label, found, rows)], page, EXPLANATION_PREFIX)
+                verdict = f"does not hold: {found_words}"
             words += f" Said to fail because {because}, but its explanation {verdict}."
         elif row["passed"]:
             words += " Listed as a known failure, it reproduces."
@@ -395,7 +401,7 @@ def findings(ledgers, corrections, recorded, anchors, stale):
                 ]
                 side_rows = contexts[0] if mine else contexts[1]
                 start = (
-                    f"<tr><td>{html.escape(claim_in_full(row, side_rows))}</td>"
+                    f"<tr><td>{html.escape(claim_in_full(row, side_rows))}{id_line(claim_id)}</td>"
                     f"<td>{_link(stem, page, claim_id)}</td>"
                 )
                 stale_row = bool(theirs and old and old[theirs["part"]])

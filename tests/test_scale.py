@@ -403,7 +403,10 @@ def test_the_comparison_puts_each_claim_beside_its_recorded_verdict():
     assert "commit `0123456789`" in example and "2 of 3 reproduce" in example
     assert "record is stale: since it was made, this changed: example.f" in example
     rows = [line for line in example.split("<tr>")[2:]]
-    assert "claim a | with a bar</td><td>reproduces</td><td>reproduces" in rows[0]
+    assert (
+        "claim a | with a bar<br><small><code>a</code></small></td><td>reproduces</td>"
+        "<td>reproduces" in rows[0]
+    )
     assert (
         "<td>reproduces</td><td><strong>does not reproduce</strong>, <strong>unexpected" in rows[1]
     )
@@ -431,7 +434,10 @@ def test_a_partial_record_says_what_it_holds_and_leaves_the_rest_not_run(tmp_pat
     text = reports.paper_comparison(here, {"99_example": record}, {}, stale={})
     assert "Paper profile, sections 1 to 3, recorded" in text and "1 of 1 reproduce" in text
     assert "Paper profile, section 5, recorded" in text and "0 of 1 reproduce" in text
-    assert "claim b | with a bar</td><td>reproduces</td><td>not run</td>" in text
+    assert (
+        "claim b | with a bar<br><small><code>b</code></small></td><td>reproduces</td>"
+        "<td>not run</td>" in text
+    )
 
 
 def test_a_part_runs_its_sections_and_only_what_they_need_of_the_others(tmp_path):

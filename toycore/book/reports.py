@@ -273,8 +273,8 @@ def _at_a_glance(name, stems, ledgers, recorded, stale, anchors):
     """One text's summary for the top of the findings page: how many of its claims fail in
     this build and at the texts' sizes (Markdown), then a list (HTML, since claims hold
     characters Markdown reads as markup): each reason a failure is expected, with the claims it
-    explains, what each measured against what it claims (at the texts' sizes where recorded,
-    else in this build) and the row that checks the reason; then each unexpected failure with
+    explains, what each measured against what it claims on each side where it fails (this
+    build, the texts' sizes) and the row that checks the reason; then each unexpected failure with
     its value, and its explanation's where it has one. A value from a stale part of a record
     says so. ``anchors``: {chapter: the row anchors its page has}, for links to the rows."""
     groups, unexpected, counted = {}, [], [0, 0]

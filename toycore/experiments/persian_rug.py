@@ -271,17 +271,22 @@ def sides_words(ratios):
     return " and ".join(clauses) or "nowhere: every model hit the cap"
 
 
+def _trend_ratios(note):
+    """The trained / rug ratio per ns that ``beyond.trend``'s note lists, as written there:
+    "trained / rug: ns = 128: 0.981, ns = 256: 0.844; slope ..." -> [("128", "0.981"), ...]."""
+    ratios = note.removeprefix("trained / rug: ").partition("; ")[0]
+    return re.findall(r"ns = (\d+): ([^,]+)", ratios)
+
+
 def beyond_words(rows):
     """What section 11's trend row (``beyond.trend`` of a ledger or a record) found, as a
     sentence the prose can quote: trained / rug at each size and whether it closes toward 1."""
     row = row_of(rows, "beyond.trend")
     if row is None:
         return "not recorded yet."
-    ratios, _, slope = row["note"].removeprefix("trained / rug: ").partition("; ")
+    slope = row["note"].partition("; ")[2]
     # "ns = 128: 0.981, ns = 256: 0.844" -> "0.981 at ns = 128, 0.844 at ns = 256"
-    sizes = ", ".join(
-        f"{ratio} at ns = {n}" for n, ratio in re.findall(r"ns = (\d+): ([^,]+)", ratios)
-    )
+    sizes = ", ".join(f"{ratio} at ns = {n}" for n, ratio in _trend_ratios(row["note"]))
     return f"trained / rug {sizes}; the trend ({slope}) {trend_words(rows, 'beyond.trend')}."
 
 
@@ -295,9 +300,7 @@ def redraw_words(rows, devices):
     trend = row_of(rows, "beyond.trend")
     if trend is None:
         return ""
-    theirs = {
-        int(n): float(ratio) for n, ratio in re.findall(r"ns = (\d+): ([\d.]+)", trend["note"])
-    }
+    theirs = {int(n): float(ratio) for n, ratio in _trend_ratios(trend["note"])}
     ours = {n: row_of(rows, f"headline.ns{n}") for n in theirs}
     ours = {n: row["measured"] for n, row in ours.items() if row is not None}
     if not ours:

@@ -575,11 +575,11 @@ def test_a_chapter_says_where_its_record_stands_part_by_part(tmp_path, monkeypat
     assert "; stale. Sections 1 to 3: since it was made, this changed: x.f." in said
     assert "Section 5 recorded 2026-11-23 11:00 UTC on NVIDIA H100 80GB HBM3" in said
     # with a stale part, its own sentence says what changed; the current ones say "current"
-    assert said.endswith("commit 0123456789; current.") and "Current: none" not in said
+    assert said.endswith("commit 0123456789; current.") and "None of the code" not in said
     # a section's table speaks of the runs that hold its sections only
     assert records.status("99_example", tmp_path, [5]) == (
         "The texts' sizes (paper profile): Section 5 recorded 2026-11-23 11:00 UTC on NVIDIA H100 "
-        "80GB HBM3, commit 0123456789; current. Current: none of the code their rows depend on "
+        "80GB HBM3, commit 0123456789; current. None of the code their rows depend on "
         "has changed since they were made."
     )
     assert records.status("99_example", tmp_path, [4]).endswith(

@@ -437,9 +437,7 @@ def status(chapter, folder=None, sections=None):
     changed = [staleness(chapter, part) for part in parts]
     lines = [run_line([parts[k] for k in run], [changed[k] for k in run]) for run in runs(parts)]
     if not any(changed):  # with a stale part, its own sentence says what changed
-        lines.append(
-            "Current: none of the code their rows depend on has changed since they were made."
-        )
+        lines.append("None of the code their rows depend on has changed since they were made.")
     return "The texts' sizes (paper profile): " + " ".join(lines)
 
 

@@ -517,6 +517,42 @@ def test_where_ratios_lie_against_one_in_words():
     assert ex.sides_words({512: float("nan")}) == "nowhere: every model hit the cap"
 
 
+def test_the_prose_reads_directions_off_the_numbers_not_off_our_expectations():
+    # each direction is computed, so a build or a record that turns it turns the words
+    assert ex.course_words({128: 0.3, 256: 0.5}) == "grows with ns"
+    assert ex.course_words({128: 0.5, 256: 0.3, 512: 0.4}) == "does not move one way with ns"
+    parts = ex.loss_parts_words({256: 0.36, 512: 0.5}, {256: 1.2, 512: 1.1})
+    assert parts.startswith("The off part lies below the rug's at every size (0.36 of it at ns")
+    assert "the on part lies above the rug's at every size" in parts and "shrinks with" in parts
+    mixed = ex.loss_parts_words({256: 0.9, 512: 1.1}, {256: 1.0, 512: 1.0})
+    assert "at some sizes and above it at others" in mixed and "not move one way" in mixed
+    assert ex.approach_words({128: 1.3, 256: 0.9}) == "comes toward the rug's loss as ns grows"
+    assert ex.approach_words({128: 1.1, 256: 0.7}) == "moves away from the rug's loss as ns grows"
+    assert ex.approach_words({128: 1.1, 256: float("nan")}).startswith("cannot be followed")
+    assert ex.values_words(3.8, 5.1).endswith("as section 5.2.1 says.")
+    assert ex.values_words(0.8, 5.1).endswith("does not hold for both.")
+    assert ex.values_words(float("nan"), 5.1).startswith("No trained model")
+    falls = ex.density_course_words({0.01: (0.2, 0.25), 0.05: (0.1, 0.05)}, 32, 128)
+    assert falls == (
+        "from ns = 32 to 128 the median over each p's cells falls at p = 0.05 and not at p = 0.01"
+    )
+    assert ex.density_course_words({0.05: (0.1, 0.05)}, 32, 128).endswith("at every p")
+    assert ex.density_course_words({0.05: (0.1, 0.2)}, 32, 128).endswith("at no p")
+
+
+def test_the_stopping_rules_tests_at_the_texts_sizes_in_words():
+    early = dict(id="fig2.early_stop", passed=True, measured=-5.6, note="ns = 2048; x")
+    assert ex.early_stop_words(early) == (
+        "At the texts' sizes (ns = 2048; x; fixed steps lower the loss by at least 5.6 standard "
+        "errors) the rule stops early too."
+    )
+    assert "do not beat the rule" in ex.early_stop_words({**early, "passed": False})
+    assert ex.early_stop_words(None).endswith("not recorded yet.")
+    gain = dict(id="horizon.gain", passed=False, note="drops: ns = 2048: +9.6%")
+    assert "(ns = 2048: +9.6%)" in ex.horizon_caveat([gain])
+    assert ex.horizon_caveat([{**gain, "passed": True}]) == "" == ex.horizon_caveat([])
+
+
 def test_section_11s_redraw_of_the_texts_sizes_in_words():
     trend = dict(id="beyond.trend", note="trained / rug: ns = 1024: 0.839, ns = 4096: 0.985; s")
     rows = [trend, dict(id="headline.ns1024", measured=0.811)]

@@ -271,6 +271,124 @@ def sides_words(ratios):
     return " and ".join(clauses) or "nowhere: every model hit the cap"
 
 
+def course_words(values):
+    """How a quantity moves as ns grows ({ns: value}, smallest ns first), as a verb phrase the
+    prose can quote: "grows with ns", "shrinks with ns" or "does not move one way with ns"."""
+    steps = np.diff(list(values.values()))
+    if (steps > 0).all():
+        return "grows with ns"
+    if (steps < 0).all():
+        return "shrinks with ns"
+    return "does not move one way with ns"
+
+
+def _side_of_one(ratios):
+    """Where ratios to the rug's lie ({ns: ratio}): "below the rug's at every size", "above
+    ..." or "below the rug's at some sizes and above it at others"."""
+    values = np.array(list(ratios.values()))
+    if (values < 1).all():
+        return "below the rug's at every size"
+    if (values > 1).all():
+        return "above the rug's at every size"
+    return "below the rug's at some sizes and above it at others"
+
+
+def loss_parts_words(off, on):
+    """How the trained models' two parts of the loss compare with the rug's, per ns ({ns:
+    part / the rug's part}, smallest ns first, for (1-p) L_off and p L_on), as sentences the
+    prose can quote: on which side of the rug's each lies and how it moves as ns grows."""
+    first, last = min(off), max(off)
+    return (
+        f"The off part lies {_side_of_one(off)} ({off[first]:.2f} of it at ns = {first}, "
+        f"{off[last]:.2f} at {last}) and {course_words(off)}; the on part lies "
+        f"{_side_of_one(on)} ({on[first]:.2f} of it at ns = {first}, {on[last]:.2f} at {last}) "
+        f"and {course_words(on)}."
+    )
+
+
+def density_course_words(medians, first, last):
+    """Where a statistic's median over each p's cells falls from ns = ``first`` to ``last``
+    ({p: (median at first, median at last)}), as a clause the prose can quote."""
+    falls = [p for p, (start, end) in medians.items() if end < start]
+    rest = [p for p in medians if p not in falls]
+    where = f"from ns = {first} to {last} the median over each p's cells falls"
+    if not rest:
+        return f"{where} at every p"
+    if not falls:
+        return f"{where} at no p"
+    return (
+        f"{where} at p = {', '.join(f'{p:g}' for p in falls)} and not at p = "
+        f"{', '.join(f'{p:g}' for p in rest)}"
+    )
+
+
+def values_words(trained, rug):
+    """Section 5.2.1's "the main error is in the values" read off p L_on / ((1-p) L_off): the
+    smallest over the trained models of the largest size (NaN: none the rule stopped) and the
+    rug's, as a sentence the prose can quote."""
+    if not np.isfinite(trained):
+        return (
+            "No trained model of the largest size was stopped by the rule; for the rug the on "
+            f"part is {rug:.1f} times the off part."
+        )
+    verdict = (
+        "the main error is in the values of the features that are on, not in detecting which "
+        "are on, as section 5.2.1 says"
+        if trained > 1 and rug > 1
+        else "section 5.2.1's reading, that the main error is in the values of the features "
+        "that are on, does not hold for both"
+    )
+    return (
+        f"For the trained models of the largest size the on part is {trained:.1f} times the off "
+        f"part at the least, and for the rug {rug:.1f} times: {verdict}."
+    )
+
+
+def approach_words(ratios):
+    """Whether ratios to the rug's loss ({ns: ratio}, smallest ns first) come toward 1 as ns
+    grows, as a clause the prose can quote."""
+    distances = {n: abs(ratio - 1) for n, ratio in ratios.items() if np.isfinite(ratio)}
+    if len(distances) < 2:
+        return "cannot be followed over ns: fewer than two sizes have a model the rule stopped"
+    course = course_words(distances)
+    if course == "shrinks with ns":
+        return "comes toward the rug's loss as ns grows"
+    if course == "grows with ns":
+        return "moves away from the rug's loss as ns grows"
+    return "does not come steadily toward the rug's loss as ns grows"
+
+
+def early_stop_words(row):
+    """What Figure 2's test of the stopping rule at the sparsest p (``fig2.early_stop`` of a
+    record) found, as a sentence the prose can quote."""
+    if row is None:
+        return "At the texts' sizes the test is not recorded yet."
+    if not row["passed"]:
+        return (
+            f"At the texts' sizes ({row['note']}) fixed steps do not beat the rule by three "
+            "standard errors."
+        )
+    return (
+        f"At the texts' sizes ({row['note']}; fixed steps lower the loss by at least "
+        f"{-row['measured']:.1f} standard errors) the rule stops early too."
+    )
+
+
+def horizon_caveat(rows):
+    """A sentence for the headline's trend where the stopping rule's test (``horizon.gain`` of
+    a record's rows) found runs ended early, or "" where it holds or was not recorded."""
+    gain = row_of(rows, "horizon.gain")
+    if gain is None or gain["passed"]:
+        return ""
+    return (
+        "Section 12 qualifies this: at the texts' sizes, models the rule stopped before their "
+        "size's median steps lose less when trained on to it "
+        f"({gain['note'].removeprefix('drops: ')}), by more than the headline's tolerance at "
+        "the largest drop, so the ratios read at the rule's stops are not yet where those "
+        "models settle."
+    )
+
+
 def _trend_ratios(note):
     """The trained / rug ratio per ns that ``beyond.trend``'s note lists, as written there:
     "trained / rug: ns = 128: 0.981, ns = 256: 0.844; slope ..." -> [("128", "0.981"), ...]."""

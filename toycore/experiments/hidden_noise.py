@@ -421,7 +421,17 @@ class CompromisingEncoding:
     significant: list[int]  # (significant,) every neuron j, owned or not, with |W_ij| >= share
 
 
-def compromising_encodings(W, level=0.2, owner=0.5, share=0.1):
+# A weight that counts as holding a neuron: Figure 6's compromise and the ℓ1 side's single neurons.
+SIGNIFICANT = 0.1
+
+
+def single_neuron_share(Ws, share=SIGNIFICANT):
+    """The share of encodings, over models ``Ws`` (each (n, m)), whose weights of at least
+    ``share`` in size all lie in one neuron."""
+    return float(np.mean([(np.abs(np.asarray(W)) >= share).sum(-1) == 1 for W in Ws]))
+
+
+def compromising_encodings(W, level=0.2, owner=0.5, share=SIGNIFICANT):
     """Figure 6's stuck encodings, found automatically.
 
     An encoding W_i compromises when its fourth norm stays below ``level`` and in every

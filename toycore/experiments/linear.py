@@ -252,14 +252,20 @@ def critical_point_census(features, hidden, sparsity, samples, seed):
     return Census(rows=rows, eigenvalues=eigenvalues.numpy())
 
 
+# A singular value of A below this fraction of its largest counts as zero.
+RANK_TOLERANCE = 1e-6
+
+
 @dataclass(frozen=True)
 class FoundPoint:
     """A critical point found from a random start, knowing nothing of Σ's eigenvectors."""
 
     gradient_norm: float  # norm of the gradient in (A, B) where the search stopped
     rank_ratio: float  # A's smallest singular value over its largest (0: A is rank-deficient)
+    rank: int  # A's numerical rank: its singular values above RANK_TOLERANCE times the largest
     index_set: tuple  # the eigenvectors AB keeps (u_iᵀ AB u_i > 1/2)
     form_error: float  # largest entry of A - U_I C, B - C⁻¹U_Iᵀ and AB - U_I U_Iᵀ, C = U_Iᵀ A
+    projection_error: float  # largest entry of AB - U_I U_Iᵀ, whatever the size of I
     loss: float  # loss at the point
     predicted: float  # the sum of the eigenvalues outside I
     negative: int  # number of negative Hessian eigenvalues
@@ -272,8 +278,9 @@ def critical_points_found(features, hidden, sparsity, samples, seed, starts):
     random (A, B) with standard normal entries, Levenberg-Marquardt drives the gradient (19) to
     zero. Each end point is then compared with the form (⋆) for the eigenvectors it keeps.
 
-    A rank-deficient A (the text assumes full rank) keeps fewer than ``hidden`` eigenvectors;
-    its form_error is then infinite, and the caller sets it apart by rank_ratio.
+    A rank-deficient A (the text's proof assumes full rank) keeps fewer than ``hidden``
+    eigenvectors; its form_error is then infinite, and the caller sets it apart by rank_ratio.
+    Its AB is still compared with the projection onto the eigenvectors it keeps.
     """
     data = checked_spectral_data(features, sparsity, samples, seed)
     sigma, eigenvalues, eigenvectors = data.sigma, data.eigenvalues, data.eigenvectors
@@ -287,26 +294,28 @@ def critical_points_found(features, hidden, sparsity, samples, seed, starts):
         grad_A, grad_B = th.linear_gradients(A, B, sigma)
         singular = torch.linalg.svdvals(A)
         index_set = th.projection_index_set(eigenvectors, A @ B)
-        form_error, predicted = float("inf"), float("nan")
+        U_I = eigenvectors[:, list(index_set)]  # (features, |I|)
+        projection_error = float((A @ B - U_I @ U_I.T).abs().max())
+        form_error = float("inf")
         if len(index_set) == hidden:
-            U_I = eigenvectors[:, list(index_set)]
             C = U_I.T @ A
             form_error = max(
                 float((A - U_I @ C).abs().max()),
                 float((B - torch.linalg.solve(C, U_I.T)).abs().max()),
-                float((A @ B - U_I @ U_I.T).abs().max()),
+                projection_error,
             )
-            predicted = float(th.critical_loss(eigenvalues, index_set))
         hessian = th.hessian_eigenvalues(A, B, sigma)
         zero = zero_eigenvalue(hessian)
         found.append(
             FoundPoint(
                 gradient_norm=float(torch.sqrt(grad_A.pow(2).sum() + grad_B.pow(2).sum())),
                 rank_ratio=float(singular[-1] / singular[0]),
+                rank=int((singular > RANK_TOLERANCE * singular[0]).sum()),
                 index_set=index_set,
                 form_error=form_error,
+                projection_error=projection_error,
                 loss=float(th.linear_loss(A, B, sigma)),
-                predicted=predicted,
+                predicted=float(th.critical_loss(eigenvalues, index_set)),
                 negative=int((hessian < -zero).sum()),
                 positive=int((hessian > zero).sum()),
             )

@@ -197,6 +197,14 @@ def test_initial_interference_and_benefit_match_their_expectations():
     assert ex.log_slope(forces.hiddens, forces.interference) == pytest.approx(-1, abs=0.1)
 
 
+def test_the_interference_force_lies_mostly_across_its_encoding():
+    # along W_i its terms add up, across it like a random walk: 1/(1 + 2m/(n-1)) along
+    forces = ex.initial_forces(16, [16, 64], range(64), std_scale=0.9)
+    np.testing.assert_allclose(forces.along, ex.along_prediction(16, forces.hiddens), rtol=0.1)
+    assert forces.along.max() < 0.5  # never 'primarily' along W_i, from m = n on
+    assert ex.along_prediction(16, [16]) == pytest.approx([1 / (1 + 32 / 15)])
+
+
 def test_predicted_overlap_rate_on_a_hand_built_pair():
     W = torch.tensor([[[1.0, 0.0], [0.6, 0.8]]], dtype=torch.float64)  # W_0·W_1 = 0.6 > 0
     assert ex.predicted_overlap_rate(W).tolist() == pytest.approx([4 * (1 + 1)])

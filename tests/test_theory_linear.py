@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 import torch
 
+from toycore.experiments import linear as ex
 from toycore.theory import linear as th
 
 
@@ -163,6 +164,19 @@ def test_a_critical_point_found_from_a_random_start_has_the_form_of_proposition_
     assert th.linear_loss(A, B, sigma).item() == pytest.approx(
         th.critical_loss(eigenvalues, index_set).item(), abs=1e-12
     )
+
+
+def test_a_search_that_ends_with_A_rank_deficient_finds_a_smaller_projection():
+    # Proposition 1's proof assumes A of full rank; 4 of these 24 searches end at rank 1
+    found = ex.critical_points_found.__wrapped__(4, 2, 0.5, 2000, 0, 24)
+    deficient = [p for p in found if p.gradient_norm < 1e-10 and p.rank < 2]
+    assert deficient
+    for point in deficient:
+        assert len(point.index_set) == point.rank
+        assert point.projection_error < 1e-8 and abs(point.loss - point.predicted) < 1e-12
+        assert point.negative > 0 and point.form_error == float("inf")
+    full = [p for p in found if p.gradient_norm < 1e-10 and p.rank == 2]
+    assert full and all(p.projection_error <= p.form_error < 1e-8 for p in full)
 
 
 def test_the_index_set_of_a_projection_is_the_eigenvectors_it_keeps(sigma):

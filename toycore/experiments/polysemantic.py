@@ -401,6 +401,19 @@ class InitialForces:
     interference: np.ndarray  # (hiddens,) mean over i and seeds of Σ_{j≠i} ReLU(W_i·W_j)²
     benefit: np.ndarray  # (hiddens,) mean over i and seeds of (1 - |W_i|²) |W_i|²
     benefit_size: np.ndarray  # (hiddens,) mean over i and seeds of |(1 - |W_i|²) |W_i|²|
+    # (hiddens,) mean over i and seeds of the share of the interference force's squared length
+    # that lies along W_i: cos² of its angle with W_i
+    along: np.ndarray
+
+
+def along_prediction(features, hiddens):
+    """The share of the interference force's squared length along W_i at an N(0, s²/m) start,
+    to leading order in 1/m, for each m in ``hiddens``. Along W_i the terms ReLU(W_i·W_j) W_j
+    contribute ReLU(W_i·W_j)²/|W_i|, all of one sign: (n-1) s⁴/(2m) / s in all. Across it the
+    W_j point in independent directions and add like a random walk, a squared length
+    (n-1) s⁴/(2m) · s². So the across part's square is 2m/(n-1) times the along part's, and the
+    share along W_i is 1 / (1 + 2m/(n-1)), whatever s."""
+    return 1 / (1 + 2 * np.asarray(hiddens) / (features - 1))
 
 
 def initial_forces(features, hiddens, seeds, std_scale=1.0):
@@ -408,7 +421,7 @@ def initial_forces(features, hiddens, seeds, std_scale=1.0):
     projected on W_i, from the N(0, (std_scale/√m)²) start of ``TiedBasisAutoencoder``.
     The text expects interference Θ(n/m) against a benefit Θ(1)."""
     check_range("std_scale", std_scale, 0, low_open=True)
-    interference, benefit, size = [], [], []
+    interference, benefit, size, along = [], [], [], []
     for hidden in hiddens:
         model = TiedBasisAutoencoder(
             features, hidden, seeds, init_std=std_scale * hidden**-0.5, dtype=DTYPE, device="cpu"
@@ -419,6 +432,10 @@ def initial_forces(features, hiddens, seeds, std_scale=1.0):
         interference.append((torch.relu(G).square().sum(-1) - norm.square()).mean().item())
         benefit.append(((1 - norm) * norm).mean().item())
         size.append(((1 - norm) * norm).abs().mean().item())
+        # the interference force on each W_i: -Σ_{j≠i} ReLU(W_i·W_j) W_j, (seeds, n, m)
+        force = -(torch.relu(G) - torch.diag_embed(norm)) @ W
+        cosine = (force * W).sum(-1) / (force.norm(dim=-1) * W.norm(dim=-1))  # (seeds, n)
+        along.append(cosine.square().mean().item())
     return InitialForces(
         features=features,
         hiddens=np.array(hiddens),
@@ -426,6 +443,7 @@ def initial_forces(features, hiddens, seeds, std_scale=1.0):
         interference=np.array(interference),
         benefit=np.array(benefit),
         benefit_size=np.array(size),
+        along=np.array(along),
     )
 
 

@@ -247,3 +247,15 @@ def test_rate_exponents_read_the_local_power_where_the_push_is_weakest():
     assert rate.sigma_exponent == pytest.approx(4, abs=0.05)
     with pytest.raises(ValueError, match="two values"):
         ex.local_exponent([0.1, 0.2], [np.nan, 5.0])
+
+
+def test_past_the_noise_grid_the_authors_sgd_diverges_and_the_words_say_how_soon():
+    first = ex.steps_to_diverge(8, 16, ex.DIVERGING_SIGMA, range(3), steps=100, lr=0.02)
+    assert (first >= 0).all() and first.max() < 100  # every seed, within a hundred steps
+    assert (ex.steps_to_diverge(8, 16, 0.1, range(3), steps=100, lr=0.02) == -1).all()
+    assert ex.diverging_words(np.array([3, 39]), 200) == (
+        "training diverged in every seed within 40 steps"
+    )
+    assert ex.diverging_words(np.array([3, -1]), 200) == (
+        "training diverged in 1 of 2 seeds within 200 steps"
+    )

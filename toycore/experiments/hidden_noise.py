@@ -24,7 +24,7 @@ from ..seeding import generator
 from ..sizes import HIDDEN_NOISE
 from ..theory import hidden_noise as th
 from ..theory.polysemantic import count_polysemantic
-from ..train import record_steps, train
+from ..train import make_optimizer, record_steps, train
 
 DTYPE = torch.float64
 # Figure 5's growth with magnitude: the largest fall of the final mean ‖W_i‖₄⁴ from one λ or σ
@@ -60,6 +60,37 @@ def _run(model, *, steps, lr, records, desc):
         history.metrics["squared"].astype(float),
         to_host(model.W.to(DTYPE)),
     )
+
+
+# Past Figure 5's noise grid: a σ at which the authors' SGD diverges, tried on these seeds for
+# at most this many steps (section 2 says why the grid stops short of it).
+DIVERGING_SIGMA, DIVERGING_SEEDS, DIVERGING_STEPS = 0.7, range(8), 200
+
+
+def diverging_words(first, steps):
+    """``steps_to_diverge``'s result as a clause the prose can quote."""
+    diverged = first[first >= 0]
+    if diverged.size == first.size:
+        return f"training diverged in every seed within {diverged.max() + 1} steps"
+    return f"training diverged in {diverged.size} of {first.size} seeds within {steps} steps"
+
+
+def steps_to_diverge(features, hidden, sigma, seeds, *, steps, lr):
+    """Under bipolar noise of strength ``sigma``, SGD at ``lr`` from each seed's start: the
+    first step at which each seed's loss is not finite, or -1 where it stays finite for
+    ``steps`` steps: (seeds,). Why the strength grids stop short of such a σ."""
+    seeds = list(check_seeds(seeds))
+    model = TiedBasisAutoencoder(features, hidden, seeds, noise="bipolar", sigma=sigma)
+    optim = make_optimizer("sgd", model.parameters(), lr)
+    first = np.full(len(seeds), -1)
+    for step in range(steps):
+        optim.zero_grad(set_to_none=True)
+        loss = model.loss_and_grad().detach().cpu().numpy()  # (seeds,)
+        first[(first < 0) & ~np.isfinite(loss)] = step
+        if (first >= 0).all():
+            break
+        optim.step()
+    return first
 
 
 @dataclass(frozen=True)

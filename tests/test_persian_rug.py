@@ -540,6 +540,35 @@ def test_the_prose_reads_directions_off_the_numbers_not_off_our_expectations():
     assert ex.density_course_words({0.05: (0.1, 0.2)}, 32, 128).endswith("at no p")
 
 
+def test_what_the_text_reads_off_the_smallest_panels_in_words():
+    from types import SimpleNamespace
+
+    diagonal = np.array([[[4.0, 4.2], [1.0, 1.1]], [[2.0, 2.0], [0.5, 0.4]]])  # (P, R, S)
+    grid = SimpleNamespace(
+        features=32,
+        densities=np.array([0.01, 0.3]),
+        ratios=np.array([0.1, 0.8]),
+        converged=np.ones((2, 2, 2), dtype=bool),
+        statistics=dict(diagonal=diagonal, bias=2 * diagonal, lyapunov=1 / diagonal),
+    )
+    said = ex.figure_readings(grid)
+    assert said["diagonal"] == (
+        "at ns = 32 the diagonal's variance is largest at p = 0.01, nd/ns = 0.1 (4.1); at the "
+        "smallest p and nd/ns together it is 4.1, the 1st largest of the grid's 4 cells"
+    )
+    assert said["coupling"].endswith("a rank correlation of 1.00")
+    assert said["lyapunov"].endswith("0.60 at p = 0.01, 1.38 at p = 0.3")
+    assert [ex._ordinal(k) for k in (1, 2, 3, 4, 11, 12, 21)] == [
+        "1st",
+        "2nd",
+        "3rd",
+        "4th",
+        "11th",
+        "12th",
+        "21st",
+    ]
+
+
 def test_the_stopping_rules_tests_at_the_texts_sizes_in_words():
     early = dict(id="fig2.early_stop", passed=True, measured=-5.6, note="ns = 2048; x")
     assert ex.early_stop_words(early) == (

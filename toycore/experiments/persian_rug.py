@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from scipy import optimize
+from scipy import optimize, stats
 
 from .. import devices, shards
 from ..cache import cached
@@ -342,6 +342,47 @@ def values_words(trained, rug):
         f"For the trained models of the largest size the on part is {trained:.1f} times the off "
         f"part at the least, and for the rug {rug:.1f} times: {verdict}."
     )
+
+
+def figure_readings(grid):
+    """What the text reads off Figures 4, 5 and 7 at their smallest ns, measured on ``grid``
+    (the smallest trained), as sentences the prose can quote; medians over the seeds the
+    rule stopped. Figure 4: the diagonal's fluctuations are large "particularly when p and
+    nd/ns are both small"; Figure 5: the bias's follow the diagonal's, "coupled"; Figure 7:
+    "for small ns only models trained at large p" have a small Lyapunov ratio."""
+    medians = {
+        name: np.nanmedian(stopped_by_rule(grid, grid.statistics[name]), axis=-1)  # (P, R)
+        for name in ("diagonal", "bias", "lyapunov")
+    }
+    diagonal = medians["diagonal"]
+    p, r = np.unravel_index(np.nanargmax(diagonal), diagonal.shape)
+    corner = diagonal[0, 0]
+    rank = int((diagonal > corner).sum()) + 1
+    found = np.isfinite(diagonal) & np.isfinite(medians["bias"])
+    coupling = stats.spearmanr(diagonal[found], medians["bias"][found]).statistic
+    lyapunov = np.nanmedian(medians["lyapunov"], axis=1)  # (P,) over the ratios
+    return dict(
+        diagonal=(
+            f"at ns = {grid.features} the diagonal's variance is largest at p = "
+            f"{grid.densities[p]:g}, nd/ns = {grid.ratios[r]:g} ({diagonal[p, r]:.3g}); at the "
+            f"smallest p and nd/ns together it is {corner:.3g}, the {_ordinal(rank)} largest of "
+            f"the grid's {int(np.isfinite(diagonal).sum())} cells"
+        ),
+        coupling=(
+            f"over the grid's cells at ns = {grid.features} the bias's variance and the "
+            f"diagonal's have a rank correlation of {coupling:.2f}"
+        ),
+        lyapunov=(
+            f"at ns = {grid.features} the median Lyapunov ratio by p is "
+            + ", ".join(f"{value:.2f} at p = {d:g}" for d, value in zip(grid.densities, lyapunov))
+        ),
+    )
+
+
+def _ordinal(k):
+    """1 -> "1st", 2 -> "2nd", 11 -> "11th"."""
+    suffix = "th" if 10 <= k % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(k % 10, "th")
+    return f"{k}{suffix}"
 
 
 def approach_words(ratios):

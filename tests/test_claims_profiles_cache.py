@@ -234,6 +234,19 @@ def test_at_a_glance_an_explanation_that_fails_is_named_by_its_claim():
     assert "- 05_persian_rug: kept (explained: “holds” holds)" in summary
 
 
+def test_at_a_glance_a_claim_failing_on_both_sides_is_one_item_in_the_chapters_words_now():
+    ledger = Ledger("01_linear_autoencoders", "ci")
+    ledger.equal("a.why", "explanation, directly", "s", expected=1, measured=1)
+    ledger.equal("a.gap", "the gap", "s", expected=1, measured=3, known_failure="a.why", why="≤")
+    recorded = [{**row, "why": "<=" if row["why"] else ""} for row in ledger.rows]  # older words
+    record = {ledger.chapter: {"parts": [{"sections": None, "rows": recorded}]}}
+    page = reports.findings(
+        {ledger.chapter: ledger.rows}, {ledger.chapter: []}, record, {ledger.chapter: set()}, {}
+    )
+    glance = page.split("## Notes on")[0]  # the glance comes before the texts' sections
+    assert glance.count("“the gap”") == 1 and "Why: ≤." in glance and "Why: &lt;=" not in glance
+
+
 def test_a_text_whose_claims_all_reproduce_says_so_in_a_sentence():
     ledger = Ledger("01_linear_autoencoders", "ci")
     ledger.equal("a.one", "holds", "s", expected=1, measured=1)

@@ -281,7 +281,9 @@ def _at_a_glance(name, stems, ledgers, recorded, stale, anchors):
     for stem in stems:
         here = ledgers[stem]
         there = rows_of(recorded[stem]) if stem in recorded else []
-        said = {row["id"]: row.get("why") for row in here}  # an old record's rows lack why
+        # the chapter's words as they are now: a record keeps the words it was made with, and
+        # an old record's rows lack why
+        said = {row["id"]: row.get("why") for row in here}
         old = stale.get(stem) or []
         for side, rows in enumerate((here, there)):
             tested = [row for row in rows if not outside(row)]
@@ -298,7 +300,7 @@ def _at_a_glance(name, stems, ledgers, recorded, stale, anchors):
                 if not expected or row["passed"]:
                     unexpected.append((stem, label, row, rows))
                     continue
-                why = row.get("why") or said.get(row["id"]) or "explained in the chapter"
+                why = said.get(row["id"]) or row.get("why") or "explained in the chapter"
                 # each claim once, with its value on every side where it fails
                 groups.setdefault((stem, why), {}).setdefault(row["id"], []).append(
                     (label, row, rows)

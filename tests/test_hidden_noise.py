@@ -254,7 +254,10 @@ def test_past_the_noise_grid_the_authors_sgd_diverges_and_the_words_say_how_soon
     assert (first >= 0).all() and first.max() < 100  # every seed, within a hundred steps
     assert (ex.steps_to_diverge(8, 16, 0.1, range(3), steps=100, lr=0.02) == -1).all()
     assert ex.diverging_words(np.array([3, 39]), 200) == (
-        "training diverged in every seed within 40 steps"
+        "training diverged in every seed within 39 steps"
+    )
+    assert ex.diverging_words(np.array([-1, -1]), 200) == (
+        "training stayed finite in every seed for 200 steps"
     )
     assert ex.diverging_words(np.array([3, -1]), 200) == (
         "training diverged in 1 of 2 seeds within 200 steps"

@@ -522,7 +522,7 @@ def test_the_prose_reads_directions_off_the_numbers_not_off_our_expectations():
     assert ex.course_words({128: 0.3, 256: 0.5}) == "grows with ns"
     assert ex.course_words({128: 0.5, 256: 0.3, 512: 0.4}) == "does not move one way with ns"
     parts = ex.loss_parts_words({256: 0.36, 512: 0.5}, {256: 1.2, 512: 1.1})
-    assert parts.startswith("The off part lies below the rug's at every size (0.36 of it at ns")
+    assert parts.startswith("the off part lies below the rug's at every size (0.36 of it at ns")
     assert "the on part lies above the rug's at every size" in parts and "shrinks with" in parts
     mixed = ex.loss_parts_words({256: 0.9, 512: 1.1}, {256: 1.0, 512: 1.0})
     assert "at some sizes and above it at others" in mixed and "not move one way" in mixed
@@ -538,6 +538,10 @@ def test_the_prose_reads_directions_off_the_numbers_not_off_our_expectations():
     )
     assert ex.density_course_words({0.05: (0.1, 0.05)}, 32, 128).endswith("at every p")
     assert ex.density_course_words({0.05: (0.1, 0.2)}, 32, 128).endswith("at no p")
+    nan = float("nan")
+    unread = ex.density_course_words({0.01: (nan, 0.2), 0.05: (0.1, 0.05)}, 32, 128)
+    assert unread.endswith("at every p where it can be read (at p = 0.01 every model hit the cap)")
+    assert ex.course_words({128: 0.3}) == "cannot be followed over ns: one size only"
 
 
 def test_what_the_text_reads_off_the_smallest_panels_in_words():
@@ -553,11 +557,21 @@ def test_what_the_text_reads_off_the_smallest_panels_in_words():
     )
     said = ex.figure_readings(grid)
     assert said["diagonal"] == (
-        "at ns = 32 the diagonal's variance is largest at p = 0.01, nd/ns = 0.1 (4.1); at the "
-        "smallest p and nd/ns together it is 4.1, the 1st largest of the grid's 4 cells"
+        "at ns = 32 the diagonal's variance is largest at p = 0.01, nd/ns = 0.1 (4.1), the "
+        "smallest p and nd/ns together"
     )
     assert said["coupling"].endswith("a rank correlation of 1.00")
     assert said["lyapunov"].endswith("0.60 at p = 0.01, 1.38 at p = 0.3")
+    grid.statistics["diagonal"] = diagonal[::-1, ::-1].copy()  # the corner now the smallest
+    assert ex.figure_readings(grid)["diagonal"].endswith(
+        "together it is 0.45, the 4th largest of the grid's 4 cells"
+    )
+    grid.converged[0, 0] = False  # a cell whose every model hit the cap
+    said = ex.figure_readings(grid)
+    assert said["diagonal"].endswith("together every model hit the cap")
+    assert said["coupling"].endswith("rank correlation of -1.00")  # the bias kept its order
+    grid.converged[:] = False
+    assert ex.figure_readings(grid)["lyapunov"] == "at ns = 32 every model hit the cap"
     assert [ex._ordinal(k) for k in (1, 2, 3, 4, 11, 12, 21)] == [
         "1st",
         "2nd",
@@ -578,7 +592,10 @@ def test_the_stopping_rules_tests_at_the_texts_sizes_in_words():
     assert "do not beat the rule" in ex.early_stop_words({**early, "passed": False})
     assert ex.early_stop_words(None).endswith("not recorded yet.")
     gain = dict(id="horizon.gain", passed=False, note="drops: ns = 2048: +9.6%")
-    assert "(ns = 2048: +9.6%)" in ex.horizon_caveat([gain])
+    gain = {**gain, "measured": 0.096, "expected": 0.05}
+    assert "loses up to 9.6% less when trained on to it, beyond the headline's tolerance of 5%" in (
+        ex.horizon_caveat([gain])
+    )
     assert ex.horizon_caveat([{**gain, "passed": True}]) == "" == ex.horizon_caveat([])
 
 

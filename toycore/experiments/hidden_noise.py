@@ -70,15 +70,17 @@ DIVERGING_SIGMA, DIVERGING_SEEDS, DIVERGING_STEPS = 0.7, range(8), 200
 def diverging_words(first, steps):
     """``steps_to_diverge``'s result as a clause the prose can quote."""
     diverged = first[first >= 0]
+    if diverged.size == 0:
+        return f"training stayed finite in every seed for {steps} steps"
     if diverged.size == first.size:
-        return f"training diverged in every seed within {diverged.max() + 1} steps"
+        return f"training diverged in every seed within {max(diverged.max(), 1)} steps"
     return f"training diverged in {diverged.size} of {first.size} seeds within {steps} steps"
 
 
 def steps_to_diverge(features, hidden, sigma, seeds, *, steps, lr):
     """Under bipolar noise of strength ``sigma``, SGD at ``lr`` from each seed's start: the
-    first step at which each seed's loss is not finite, or -1 where it stays finite for
-    ``steps`` steps: (seeds,). Why the strength grids stop short of such a σ."""
+    number of steps after which each seed's loss is first not finite, or -1 where it stays
+    finite for ``steps`` steps: (seeds,). Why the strength grids stop short of such a σ."""
     seeds = list(check_seeds(seeds))
     model = TiedBasisAutoencoder(features, hidden, seeds, noise="bipolar", sigma=sigma)
     optim = make_optimizer("sgd", model.parameters(), lr)

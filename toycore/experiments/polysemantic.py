@@ -408,7 +408,8 @@ class InitialForces:
 
 def along_prediction(features, hiddens):
     """The share of the interference force's squared length along W_i at an N(0, s²/m) start,
-    to leading order in 1/m, for each m in ``hiddens``. Along W_i the terms ReLU(W_i·W_j) W_j
+    for large n and m, for each m in ``hiddens`` (the along part's own spread over its n-1
+    terms is left out). Along W_i the terms ReLU(W_i·W_j) W_j
     contribute ReLU(W_i·W_j)²/|W_i|, all of one sign: (n-1) s⁴/(2m) / s in all. Across it the
     W_j point in independent directions and add like a random walk, a squared length
     (n-1) s⁴/(2m) · s². So the across part's square is 2m/(n-1) times the along part's, and the
@@ -434,8 +435,9 @@ def initial_forces(features, hiddens, seeds, std_scale=1.0):
         size.append(((1 - norm) * norm).abs().mean().item())
         # the interference force on each W_i: -Σ_{j≠i} ReLU(W_i·W_j) W_j, (seeds, n, m)
         force = -(torch.relu(G) - torch.diag_embed(norm)) @ W
-        cosine = (force * W).sum(-1) / (force.norm(dim=-1) * W.norm(dim=-1))  # (seeds, n)
-        along.append(cosine.square().mean().item())
+        # (seeds, n); NaN for an encoding with no acute partner, which feels no force at all
+        cosine = (force * W).sum(-1) / (force.norm(dim=-1) * W.norm(dim=-1))
+        along.append(cosine.square().nanmean().item())
     return InitialForces(
         features=features,
         hiddens=np.array(hiddens),
@@ -505,6 +507,18 @@ class OverlapRate:
     measured: np.ndarray  # (seeds,) e-folds per unit time of the mean positive overlap
     predicted: np.ndarray  # (seeds,) 4 (|W_i|² + |W_j|²), weighted as that mean is, at t = 0
     time: float  # the span of the fit
+
+
+def step_share_words(step_rate, pair_rate, first_rate):
+    """How much of the gap between the first record's decay rate and the pair's predicted rate
+    a coarse step's own rate accounts for, as a clause the prose can quote."""
+    gap = first_rate - pair_rate
+    share = (step_rate - pair_rate) / gap if gap else float("nan")
+    if not np.isfinite(share) or share <= 0:
+        return "none of the difference, which we have not traced"
+    if share < 1:
+        return f"{share:.0%} of the difference; we have not traced the rest"
+    return f"all of the difference and more ({share:.0%} of it)"
 
 
 def predicted_overlap_rate(W):

@@ -285,17 +285,24 @@ def times_text(ratio):
     return format(ratio, ",.0f") if ratio >= 10 else format(ratio, ".2f")
 
 
+def _course(values):
+    """+1 where ``values`` ({ns: value}, smallest ns first) rise at every step, -1 where they
+    fall at every step, 0 otherwise; None for fewer than two."""
+    if len(values) < 2:
+        return None
+    steps = np.diff(list(values.values()))
+    return 1 if (steps > 0).all() else -1 if (steps < 0).all() else 0
+
+
 def course_words(values):
     """How a quantity moves as ns grows ({ns: value}, smallest ns first), as a verb phrase the
     prose can quote: "grows with ns", "shrinks with ns" or "does not move one way with ns"."""
-    if len(values) < 2:
-        return "cannot be followed over ns: one size only"
-    steps = np.diff(list(values.values()))
-    if (steps > 0).all():
-        return "grows with ns"
-    if (steps < 0).all():
-        return "shrinks with ns"
-    return "does not move one way with ns"
+    return {
+        None: "cannot be followed over ns: one size only",
+        1: "grows with ns",
+        -1: "shrinks with ns",
+        0: "does not move one way with ns",
+    }[_course(values)]
 
 
 def _side_of_one(ratios):
@@ -429,14 +436,12 @@ def approach_words(ratios):
     """Whether ratios to the rug's loss ({ns: ratio}, smallest ns first) come toward 1 as ns
     grows, as a clause the prose can quote."""
     distances = {n: abs(ratio - 1) for n, ratio in ratios.items() if np.isfinite(ratio)}
-    if len(distances) < 2:
-        return "cannot be followed over ns: fewer than two sizes have a model the rule stopped"
-    course = course_words(distances)
-    if course == "shrinks with ns":
-        return "comes toward the rug's loss as ns grows"
-    if course == "grows with ns":
-        return "moves away from the rug's loss as ns grows"
-    return "does not come steadily toward the rug's loss as ns grows"
+    return {
+        None: "cannot be followed over ns: fewer than two sizes have a model the rule stopped",
+        1: "moves away from the rug's loss as ns grows",
+        -1: "comes toward the rug's loss as ns grows",
+        0: "does not come steadily toward the rug's loss as ns grows",
+    }[_course(distances)]
 
 
 def long_run_words(steps, ratios, z):

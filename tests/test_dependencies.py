@@ -15,6 +15,7 @@ import pytest
 from toycore import records
 from toycore.cache import PACKAGE
 from toycore.dependencies import (
+    RULES,
     Code,
     cells_for,
     changes,
@@ -554,12 +555,12 @@ def test_importing_one_more_name_stales_nothing_and_older_lists_are_relisted(tmp
     listed = notebook_dependencies(code, cells, "paper")
     cells[1] = _cell("code", cells[1]["source"].replace("import Ledger", "import Ledger, row_of"))
     assert notebook_dependencies(code, cells, "paper").key == listed.key
-    assert notebook_dependencies(code, cells, "paper", whole_imports=True).key != listed.key
+    assert notebook_dependencies(code, cells, "paper", rule="whole imports").key != listed.key
     # a part listed under the earlier rule, relisted from its commit
     root, chapter = tmp_path / "repo", "99_probe"
     notebook = {"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
     commit = _committed_repository(root, chapter, notebook)
-    earlier = records.chapter_dependencies(chapter, [1], code, root, whole_imports=True)
+    earlier = records.chapter_dependencies(chapter, [1], code, root, rule="whole imports")
     part = dict(sections=[1], provenance=dict(commit=commit, code=earlier.key), rows=[])
     part["dependencies"] = earlier.to_json()
     folder = root / "results" / "paper"
@@ -569,6 +570,49 @@ def test_importing_one_more_name_stales_nothing_and_older_lists_are_relisted(tmp
     )
     now = records.chapter_dependencies(chapter, [1], code, root)
     assert records.staleness(chapter, part, now) == ["the code of the setup cell 2"]
+    assert records.relist(chapter, folder, root, log=lambda line: None) == [[]]
+    (relisted,) = json.loads((folder / f"{chapter}.json").read_text())["parts"]
+    assert relisted["dependencies"]["key"] == now.key == relisted["provenance"]["code"]
+
+
+def test_a_statement_s_own_names_are_its_own_and_an_append_in_a_loop_feeds_rows(tmp_path):
+    """A display whose comprehension's variable shares its name with a row loop's feeds no
+    row: what only it reads (the batch) is not in the key. A loop that appends to the list the
+    rows read feeds them: what it reads (the evaluation samples) is. The rule before had both
+    the wrong way round; a part listed under it is relisted from its commit, and is current."""
+    cells = _two_section_chapter()
+    cells[5] = _cell(
+        "code",
+        "shown = {k: rt.BATCH for k in (1, 2)}\n"
+        "print(shown)\n"
+        "samples = []\n"
+        "for j in (1, 2):\n"
+        "    samples.append(rt.EVAL_SAMPLES * j)\n"
+        "for k, s in zip((1, 2), samples):\n"
+        "    ledger.at_least(f'two.n{k}', 'c', 's', measured=s, bound=k)",
+    )
+    code = Code.from_folder(PACKAGE)
+    earlier = RULES[RULES.index("own names scoped") - 1]
+
+    def reads(rule):
+        listed = notebook_dependencies(code, cells_for(cells, [2], rule), "paper", rule)
+        return {name.rsplit(".", 1)[-1] for name in listed.toycore} & {"BATCH", "EVAL_SAMPLES"}
+
+    assert reads(RULES[-1]) == {"EVAL_SAMPLES"}
+    assert reads(earlier) == {"BATCH"}
+    root, chapter = tmp_path / "repo", "99_probe"
+    notebook = {"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    commit = _committed_repository(root, chapter, notebook)
+    listed = records.chapter_dependencies(chapter, [2], code, root, rule=earlier)
+    part = dict(sections=[2], provenance=dict(commit=commit, code=listed.key), rows=[])
+    part["dependencies"] = listed.to_json()
+    folder = root / "results" / "paper"
+    folder.mkdir(parents=True)
+    (folder / f"{chapter}.json").write_text(
+        json.dumps(dict(chapter=chapter, profile="paper", parts=[part]))
+    )
+    now = records.chapter_dependencies(chapter, [2], code, root)
+    assert records.staleness(chapter, part, now)
     assert records.relist(chapter, folder, root, log=lambda line: None) == [[]]
     (relisted,) = json.loads((folder / f"{chapter}.json").read_text())["parts"]
     assert relisted["dependencies"]["key"] == now.key == relisted["provenance"]["code"]

@@ -40,7 +40,10 @@ by name (``P.beyond_sizes``; ``select`` hands them out as attributes), so that a
 section 11 reads stales section 11 alone. Display statements (``show``, ``glue``, ``print``,
 ``ledger.table()``) feed no row; any other statement that is a bare call is kept, since it may
 change state. An import counts only the names that kept statements use: importing one more
-name for a figure changes no key.
+name for a figure changes no key. Names are scoped as Python scopes them: a statement is needed
+for the names a kept statement reads before binding them itself, and a comprehension's variable
+defines nothing outside it, so a display ``{n: f(n) for n in sizes}`` feeds no row that a later
+``for n in ...`` makes; ``x.append(v)`` inside a loop changes x as it does at top level.
 """
 
 import ast
@@ -73,6 +76,13 @@ ROW_TEXT_KEYWORDS = ("note", "why")
 DISPLAY_CALLS = ("print", "display")
 IMPLICIT_METHODS = ("forward",)  # torch's Module.__call__ calls it
 PROFILES = ("ci", "cpu", "paper")  # as toycore.profiles.PROFILES, without importing it
+# The rules a chapter's list has been made under, oldest first (``records.relist`` reads a part
+# listed under an earlier one): an import statement counted whole; then only the names used
+# from it; then a statement's own names (a comprehension's variables, a loop's target) no longer
+# make it a definition of a later statement's same-named variable, and ``x.append(v)`` inside
+# a block changes x as it does at top level.
+RULES = ("whole imports", "imported names used", "own names scoped")
+RULE = RULES[-1]
 
 
 def _is_neutral(name):
@@ -517,14 +527,14 @@ def describe_sections(sections):
     return ("section " if len(sections) == 1 else "sections ") + words
 
 
-def cells_for(cells, sections):
+def cells_for(cells, sections, rule=RULE):
     """What runs to record a chapter's ``sections`` (a list of numbers; None: all of it): the
     cells before section 1, the chosen sections' cells and the claims ledger's (its last
     cell saves the ledger), and, from the other sections, only the statements the chosen
     cells need (sliced back from them: a later section that uses an earlier one's models
     recomputes, or reads from the cache, just those, and adds none of that section's rows).
     Markdown cells stay, to name the sections. A clear error for a section the chapter lacks
-    or a chapter that does not end by saving its ledger."""
+    or a chapter that does not end by saving its ledger. ``rule``: one of RULES."""
     if "ledger.save()" not in _text(cells[-1]):
         raise ValueError("the chapter does not end with ledger.save()")
     if sections is None:
@@ -558,7 +568,7 @@ def cells_for(cells, sections):
             continue
         kept = []
         for stmt in reversed(code[k]):
-            if _defines(stmt, imported) & needed:
+            if _defines(stmt, imported, _scopes_own_names(rule)) & needed:
                 kept.insert(0, stmt)
                 needed = (needed - _bound([stmt])) | _free([stmt])
                 needed -= ledgers
@@ -680,11 +690,10 @@ def changes_in(old_code, new_code, roots, limit=8):
     )
 
 
-def notebook_dependencies(code, cells, profile, whole_imports=False):
+def notebook_dependencies(code, cells, profile, rule=RULE):
     """The Dependencies of a chapter whose code cells are ``cells`` (nbformat dicts, in order,
     Markdown included to name sections), run under ``profile``: see the module's docstring.
-    ``whole_imports``: count each import statement whole, as lists made before imports were
-    trimmed to the names used did (to check such a list against its commit)."""
+    ``rule``: one of RULES, an earlier one to check a list made under it against its commit."""
     statements = []  # (cell index, where, statement)
     section, counts, places = "setup", {}, {}
     for index, cell in enumerate(cells):
@@ -726,7 +735,7 @@ def notebook_dependencies(code, cells, profile, whole_imports=False):
         for target in stmt.targets
         if isinstance(target, ast.Name)
     }
-    slicer = _Slicer(code, namespace, ledgers, whole_imports)
+    slicer = _Slicer(code, namespace, ledgers, rule)
     kept = slicer.slice([stmt for _, stmt in statements])
 
     units, attributes, per_cell = set(), set(), {}
@@ -747,12 +756,13 @@ def notebook_dependencies(code, cells, profile, whole_imports=False):
 class _Slicer:
     """Which statements of a chapter feed its ledger rows (see the module's docstring)."""
 
-    def __init__(self, code, namespace, ledgers, whole_imports=False):
+    def __init__(self, code, namespace, ledgers, rule=RULE):
         self.code, self.namespace, self.ledgers = code, namespace, ledgers
         # an import statement counts only the names that kept statements use, so that
-        # importing one more name for a figure or a glued sentence stales nothing; the rule
-        # before counted each statement whole (``whole_imports``, to read older lists)
-        self.whole_imports = whole_imports
+        # importing one more name for a figure or a glued sentence stales nothing; the first
+        # rule counted each statement whole
+        self.whole_imports = rule == RULES[0]
+        self.scoped = _scopes_own_names(rule)
         self._imported_used = {}  # id(import statement) -> the names it binds that are used
 
     def _neutral_call(self, call):
@@ -808,11 +818,14 @@ class _Slicer:
         needed = set()
         for k in range(len(statements) - 1, -1, -1):
             stmt = statements[k]
-            if not keep[k] and not self._is_display(stmt) and _defines(stmt) & needed:
+            defines = _defines(stmt, scoped=self.scoped)
+            if not keep[k] and not self._is_display(stmt) and defines & needed:
                 keep[k] = True
             if isinstance(stmt, (ast.Import, ast.ImportFrom)):
-                self._imported_used[id(stmt)] = _defines(stmt) & needed
-            if keep[k]:
+                self._imported_used[id(stmt)] = defines & needed
+            if keep[k] and self.scoped:  # what it reads before binding it itself
+                needed = (needed - _bound([stmt])) | _free([self.without_words(stmt)])
+            elif keep[k]:
                 needed |= _uses(self.without_words(stmt))
         return keep
 
@@ -856,13 +869,23 @@ def _is_row_call(chain, ledgers):
     return bool(chain and chain[0] in ledgers and chain[1] and chain[1][0] in ROW_FORMS)
 
 
-def _defines(stmt, modules=()):
+def _defines(stmt, modules=(), scoped=True):
     """The names a statement binds or changes (``x[k] = v``, ``x.a = v`` and ``x.append(v)``
     change x, unless x is one of ``modules``: a call of a module's function changes no
-    variable)."""
+    variable). A comprehension's variables are its own: they bind nothing outside it.
+    ``scoped=False``: the rule before (RULES), which counted them, and saw ``x.append(v)``
+    change x only where it stands alone, not inside a block."""
+    own = set()  # the comprehensions' variables
+    if scoped:
+        own = {
+            id(name)
+            for node in ast.walk(stmt)
+            if isinstance(node, ast.comprehension)
+            for name in ast.walk(node.target)
+        }
     names = set()
     for node in ast.walk(stmt):
-        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store) and id(node) not in own:
             names.add(node.id)
         elif isinstance(node, (ast.Subscript, ast.Attribute)) and isinstance(node.ctx, ast.Store):
             base = node
@@ -874,11 +897,16 @@ def _defines(stmt, modules=()):
             names.add(node.name)
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
             names |= {a.asname or a.name.split(".")[0] for a in node.names}
-    if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
-        chain = _attribute_chain(stmt.value.func)
-        if chain and chain[1] and chain[0] not in modules:  # x.append(v) changes x
-            names.add(chain[0])
+    for node in ast.walk(stmt) if scoped else [stmt]:
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
+            chain = _attribute_chain(node.value.func)
+            if chain and chain[1] and chain[0] not in modules:  # x.append(v) changes x
+                names.add(chain[0])
     return names
+
+
+def _scopes_own_names(rule):
+    return RULES.index(rule) >= RULES.index("own names scoped")
 
 
 def _ledger_names(bodies):

@@ -53,6 +53,8 @@ import torch
 from . import cache, devices
 from .claims import BesideTable, LedgerTable, row_of
 from .dependencies import (
+    RULE,
+    RULES,
     Code,
     Dependencies,
     cells_for,
@@ -121,16 +123,14 @@ def _cells(chapter, root=None):
     return json.loads(notebook_of(chapter, root).read_text())["cells"]
 
 
-def chapter_dependencies(
-    chapter, sections=None, code=None, root=None, profile="paper", whole_imports=False
-):
+def chapter_dependencies(chapter, sections=None, code=None, root=None, profile="paper", rule=RULE):
     """What a record of ``chapter``'s ``sections`` (None: all of it) in ``profile`` depends on,
     with ``code`` (default: the toycore this process imported) and the chapter's notebook under
-    ``root`` (default: this repository); ``whole_imports``: under the earlier rule that counted
-    each import statement whole."""
+    ``root`` (default: this repository); ``rule``: one of RULES (an earlier one to read a list
+    made under it)."""
     code = code or cache.imported_code()
     return notebook_dependencies(
-        code, cells_for(_cells(chapter, root), sections), profile, whole_imports
+        code, cells_for(_cells(chapter, root), sections, rule), profile, rule
     )
 
 
@@ -574,54 +574,55 @@ def carry_over(chapter, folder=None, root=REPO_ROOT, log=print):
 def relist(chapter, folder=None, root=REPO_ROOT, log=print):
     """List again, under the key's present rules, what each part of ``chapter``'s record
     depends on, read from the commit it was recorded at; only where that commit's code is what
-    the part's list says it ran: every unit's digest and every cell as listed, a profile table
-    compared by its whole entry for the profile (the rule before its settings were counted one
-    by one), an import statement whole (the rule before imports counted only the names used).
-    The verdicts and the commit stay. Returns, per part, what changed since (empty: current),
+    the part's list says it ran under one of the RULES: every unit's digest and every cell as
+    listed, a profile table compared by its whole entry for the profile (the rule before its
+    settings were counted one by one). A part that is current is left as it is. The verdicts
+    and the commit stay. Returns, per part, what changed since (empty: current),
     or why it was not relisted."""
     path = (folder or FOLDER) / f"{chapter}.json"
     record = json.loads(path.read_text())
     now_code = Code.from_folder(root / "toycore")
     outcomes = []
     for part in record["parts"]:
+        profile = _profile(part)
+        now = chapter_dependencies(chapter, part["sections"], now_code, root=root, profile=profile)
         refused = _not_relisted(part)
-        if refused:
+        if not staleness(chapter, part, now):
+            outcomes.append([])  # current as listed: nothing to relist
+        elif refused:
             outcomes.append([f"not relisted: {refused}"])
         else:
             given, listed = part["provenance"], Dependencies.from_json(part["dependencies"])
-            profile = _profile(part)
             with _worktree(given["commit"], root) as tree:
                 code = Code.from_folder(tree / "toycore")
-                then, before = (
-                    chapter_dependencies(
-                        chapter, part["sections"], code, tree, profile, whole_imports=whole
-                    )
-                    for whole in (False, True)
+                then, *before = (
+                    chapter_dependencies(chapter, part["sections"], code, tree, profile, rule)
+                    for rule in reversed(RULES)
                 )
-            differ = [
-                name
-                for name in sorted(set(listed.toycore) | set(then.toycore))
-                if listed.toycore.get(name) != then.toycore.get(name)
-                and not (
-                    name in code.units and listed.toycore.get(name) == code.digest(name, profile)
-                )
-            ]
-            cells = [d for _, d in listed.cells]
-            if differ or cells not in ([d for _, d in then.cells], [d for _, d in before.cells]):
-                outcomes.append(["not relisted: the commit's code is not what the part lists"])
-            else:
+            if any(_lists(listed, made, code, profile) for made in (then, *before)):
                 given["code_before"] = given["code"]
                 _list(part, then)
-                now = chapter_dependencies(
-                    chapter, part["sections"], now_code, root=root, profile=profile
-                )
                 outcomes.append(staleness(chapter, part, now))
+            else:
+                outcomes.append(["not relisted: the commit's code is not what the part lists"])
         log(
             f"{chapter}, {describe_sections(part['sections'])}: "
             + (", ".join(outcomes[-1]) if outcomes[-1] else "current")
         )
     path.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n")
     return outcomes
+
+
+def _lists(listed, made, code, profile):
+    """Whether ``listed`` is what ``made`` (read from ``code``, the commit's) lists: the same
+    cells, and each unit's digest as made or, for a profile table, as its whole entry was."""
+    if [d for _, d in listed.cells] != [d for _, d in made.cells]:
+        return False
+    return all(
+        listed.toycore.get(name) == made.toycore.get(name)
+        or (name in code.units and listed.toycore.get(name) == code.digest(name, profile))
+        for name in set(listed.toycore) | set(made.toycore)
+    )
 
 
 def _not_relisted(part):

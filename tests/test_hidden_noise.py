@@ -262,3 +262,17 @@ def test_past_the_noise_grid_the_authors_sgd_diverges_and_the_words_say_how_soon
     assert ex.diverging_words(np.array([3, -1]), 200) == (
         "training diverged in 1 of 2 seeds within 200 steps"
     )
+
+
+def test_the_late_wander_is_the_spread_over_a_run_s_last_half_and_its_words_follow_it():
+    steps = np.array([0, 10, 50, 60, 80, 100])
+    fourth = np.zeros((len(steps), 2, 3))  # (records, seeds, encodings)
+    fourth[:, 0, 0] = [5.0, -5.0, 0.3, 0.1, 0.3, 0.1]  # the first half is not read
+    assert ex.late_wander(steps, fourth) == 0.0  # 5 of 6 encodings do not move
+    late = [0.1, 0.3, 0.2, 0.2]  # steps 50 to 100: every encoding wanders alike
+    fourth[2:] = np.array(late)[:, None, None]
+    assert ex.late_wander(steps, fourth) == pytest.approx(np.std(late))
+    assert ex.wander_words([0.1, 0.2], [0.01, 0.03]) == (
+        "grows with σ (0.010 at σ = 0.1, 0.030 at σ = 0.2)"
+    )
+    assert ex.wander_words([0.1, 0.2], [0.03, 0.01]).startswith("does not grow with σ")

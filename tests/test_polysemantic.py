@@ -296,3 +296,26 @@ def test_where_the_benefit_outweighs_the_interference_in_words():
     # not from some m on: each m where it does
     mixed = ex.dominance_words(hiddens, 64, [0.3, 0.1, 0.3, 0.1], [0.2] * 4)
     assert mixed.startswith("at m = 2n, 8n;")
+
+
+def test_the_two_starts_bounds_differ_only_where_the_starts_do():
+    """Figure 7's red and pink curves: Appendix B's bounds from a seed's start against those
+    from the regular-percentile start. A seed whose start is the percentiles' has no gap."""
+    from types import SimpleNamespace
+
+    ideal = SimpleNamespace(initial=th.regular_percentiles(1000, 0.03))
+    same = SimpleNamespace(hidden=1000, ideal=ideal, runs=[ideal])
+    survivors, gap = ex.percentile_gap(same, points=20)
+    assert survivors[0] == 2 and survivors[-1] == 1000 and gap.shape == (1, len(survivors))
+    assert np.all(gap == 0)
+    drawn = SimpleNamespace(initial=np.abs(np.random.default_rng(0).normal(0, 0.03, 1000)))
+    survivors, gap = ex.percentile_gap(SimpleNamespace(hidden=1000, ideal=ideal, runs=[drawn]))
+    assert np.all(gap > 0)
+    assert ex.percentile_gap_words(survivors, gap).startswith("grows as m' shrinks: ")
+
+
+def test_a_course_is_read_step_by_step():
+    from toycore.words import course
+
+    assert course([1, 2, 3]) == 1 and course([3, 2, 1]) == -1 and course([1, 3, 2]) == 0
+    assert course([1, 1]) == 0 and course([1]) is None and course({4: 1, 5: 2}.values()) == 1

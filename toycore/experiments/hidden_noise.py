@@ -25,6 +25,7 @@ from ..sizes import HIDDEN_NOISE
 from ..theory import hidden_noise as th
 from ..theory.polysemantic import count_polysemantic
 from ..train import make_optimizer, record_steps, train
+from ..words import course
 
 DTYPE = torch.float64
 # Figure 5's growth with magnitude: the largest fall of the final mean ‖W_i‖₄⁴ from one λ or σ
@@ -264,6 +265,24 @@ def time_to_level(steps, fourth, level):
     mean = fourth.reshape(len(steps), -1).mean(-1)
     reached = np.flatnonzero(mean >= level)
     return float(steps[reached[0]]) if reached.size else np.nan
+
+
+def late_wander(steps, fourth):
+    """How far each encoding's ‖W_i‖₄⁴ wanders late in a run: its standard deviation over the
+    recorded steps of the run's last half, median over seeds and encodings. Where the mean
+    does not move (Gaussian noise), this is the oscillation of Figure 4.
+
+    steps: (records,); fourth: (records, seeds, encodings) -> a float."""
+    late = steps >= steps[-1] / 2
+    return float(np.median(fourth[late].std(0)))
+
+
+def wander_words(sigmas, wanders):
+    """The late wander per σ (``late_wander``), as a clause the prose can quote."""
+    rises = course(wanders) == 1
+    return ("grows with σ" if rises else "does not grow with σ at every step") + (
+        " (" + ", ".join(f"{w:.3f} at σ = {s:g}" for s, w in zip(sigmas, wanders)) + ")"
+    )
 
 
 def side_times(steps, side, level):

@@ -22,6 +22,7 @@ from ..data import SparseUniform
 from ..profiles import select
 from ..sizes import PERSIAN_RUG
 from ..theory import persian_rug as th
+from ..words import course
 from .rug_training import (
     BATCH,
     EVAL_SAMPLES,
@@ -285,15 +286,6 @@ def times_text(ratio):
     return format(ratio, ",.0f") if ratio >= 10 else format(ratio, ".2f")
 
 
-def _course(values):
-    """+1 where ``values`` ({ns: value}, smallest ns first) rise at every step, -1 where they
-    fall at every step, 0 otherwise; None for fewer than two."""
-    if len(values) < 2:
-        return None
-    steps = np.diff(list(values.values()))
-    return 1 if (steps > 0).all() else -1 if (steps < 0).all() else 0
-
-
 def course_words(values):
     """How a quantity moves as ns grows ({ns: value}, smallest ns first), as a verb phrase the
     prose can quote: "grows with ns", "shrinks with ns" or "does not move one way with ns"."""
@@ -302,7 +294,7 @@ def course_words(values):
         1: "grows with ns",
         -1: "shrinks with ns",
         0: "does not move one way with ns",
-    }[_course(values)]
+    }[course(values.values())]
 
 
 def _side_of_one(ratios):
@@ -441,7 +433,7 @@ def approach_words(ratios):
         1: "moves away from the rug's loss as ns grows",
         -1: "comes toward the rug's loss as ns grows",
         0: "does not come steadily toward the rug's loss as ns grows",
-    }[_course(distances)]
+    }[course(distances.values())]
 
 
 def long_run_words(steps, ratios, z):

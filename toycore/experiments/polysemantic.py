@@ -160,6 +160,36 @@ def middle_phase(time, hidden, l1, start=10, stop=0.1):
     return (time >= start / (l1 * hidden**0.5)) & (time <= stop / l1)
 
 
+def percentile_gap(result, points=60):
+    """How far Appendix B's bounds from each seed's start lie from those from the
+    regular-percentile start (Figure 7's red and pink curves) as m' shrinks: at ``points``
+    values of m' spaced evenly in log m' from 2 to m, the larger of the two bounds' relative
+    gaps, per seed. The bounds depend on the start alone, so no run is needed.
+
+    Returns (m', gap): (points,) and (seeds, points), fewer points where two round alike."""
+    survivors = np.unique(np.geomspace(2, result.hidden, points).round().astype(int))
+    ideal = np.stack(th.relative_variance_bounds(result.ideal.initial))[:, survivors - 1]
+    gaps = [
+        np.abs(
+            np.stack(th.relative_variance_bounds(run.initial))[:, survivors - 1] / ideal - 1
+        ).max(0)  # (2, m') -> (m',): the farther bound
+        for run in result.runs
+    ]
+    return survivors, np.array(gaps)
+
+
+def percentile_gap_words(survivors, gap):
+    """``percentile_gap``'s mean over seeds at the two ends of m', and its log-log slope, as a
+    clause the prose can quote."""
+    mean = gap.mean(0)
+    slope = log_slope(survivors, mean)
+    course = "grows as m' shrinks" if slope < 0 else "does not grow as m' shrinks"
+    return (
+        f"{course}: {mean[-1]:.1%} with all m = {survivors[-1]:,} weights left, "
+        f"{mean[0]:.0%} with {survivors[0]} (log-log slope {slope:.2f}, mean over seeds)"
+    )
+
+
 def middle_relative_variance(result):
     """The lowest and highest relative variance of the survivors over every seed's middle
     phase (Appendix B says it stays Θ(1)): (low, high)."""

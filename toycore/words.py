@@ -1,0 +1,13 @@
+"""Words the chapters' prose reads off a build's numbers, where more than one chapter needs them."""
+
+import numpy as np
+
+
+def course(values):
+    """How a sequence moves from each value to the next: +1 where it rises at every step, -1
+    where it falls at every step, 0 otherwise; None for fewer than two values."""
+    values = np.asarray(list(values), dtype=float)
+    if len(values) < 2:
+        return None
+    steps = np.diff(values)
+    return 1 if (steps > 0).all() else -1 if (steps < 0).all() else 0

@@ -1,3 +1,5 @@
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -70,6 +72,19 @@ def test_fast_sparsification_equals_plain_euler():
     np.testing.assert_allclose(fast.norm, (plain**2).sum(1), rtol=1e-10)
     assert np.array_equal(fast.nonzero, (plain > 0).sum(1))
     assert fast.nonzero[-1] == 1 and fast.nonzero[0] == 400
+
+
+def test_the_simulated_relative_variance_lies_between_appendix_b_s_bounds():
+    """Figure 7's orange curve within its red ones, on runs short enough for a test, and a
+    start whose bounds were swapped for another seed's is caught outside them."""
+    from types import SimpleNamespace
+
+    runs = [
+        ex.simulate_sparsification(ex.initial_encoding(400, s), 2e-3, 0.5, 3000) for s in (0, 1)
+    ]
+    assert np.all(ex.share_inside_bounds(SimpleNamespace(runs=runs)) == 1.0)
+    swapped = SimpleNamespace(runs=[dataclasses.replace(runs[0], initial=runs[1].initial)])
+    assert ex.share_inside_bounds(swapped)[0] < 1.0
 
 
 @pytest.mark.parametrize("hidden, l1", [(2_000, 1e-3), (20_000, 1e-4)])

@@ -160,6 +160,20 @@ def middle_phase(time, hidden, l1, start=10, stop=0.1):
     return (time >= start / (l1 * hidden**0.5)) & (time <= stop / l1)
 
 
+def share_inside_bounds(result):
+    """Figure 7's orange curve against its red ones: per seed, the share of steps with at least
+    two survivors at which their relative variance lies between Appendix B's bounds from the
+    seed's own start (to a relative 1e-9, for rounding). (seeds,)"""
+    shares = []
+    for run in result.runs:
+        lower, upper = th.relative_variance_bounds(run.initial)
+        alive = run.nonzero >= 2
+        k, value = run.nonzero[alive], survivors_relative_variance(run)[alive]
+        inside = (lower[k - 1] * (1 - 1e-9) <= value) & (value <= upper[k - 1] * (1 + 1e-9))
+        shares.append(inside.mean())
+    return np.array(shares)
+
+
 def percentile_gap(result, points=60):
     """How far Appendix B's bounds from each seed's start lie from those from the
     regular-percentile start (Figure 7's red and pink curves) as m' shrinks: at ``points``

@@ -5,7 +5,7 @@ import re
 import numpy as np
 
 from ..theory import persian_rug as th
-from . import figure
+from . import figure, label_log_axis
 
 STATISTICS = {  # name: (figure number, colour-bar label)
     "diagonal": (4, "variance of diag W"),
@@ -149,7 +149,7 @@ def _outside_regime(ax, sizes, density):
             low, min(first, high), color="0.93", lw=0, zorder=0, label="outside the text's regime"
         )
     ax.set(xscale="log", xlim=(low, high), xlabel="ns")
-    ax.set_xticks(sizes, [str(s) for s in sizes])
+    label_log_axis(ax, sizes)
     ax.minorticks_off()
 
 
@@ -279,7 +279,7 @@ def loss_parts(sizes, parts, makeup, density, rug_value):
     ax.axhline(makeup.rug_off, color="C0", ls=":", label="rug: (1-p) L_off")
     ax.axhline(makeup.rug_on, color="C1", ls=":", label="rug: p L_on")
     ax.set(xscale="log", yscale="log", xlabel="ns", ylabel="loss per feature")
-    ax.set_xticks(sizes, [str(s) for s in sizes])
+    label_log_axis(ax, sizes)
     ax.minorticks_off()
     ax.legend(fontsize=7, ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.2))
     last = parts[-1]

@@ -5,7 +5,7 @@ import numpy as np
 from ..experiments.polysemantic import survivors_relative_variance
 from ..theory import polysemantic as th
 from ..train import record_steps
-from . import figure
+from . import figure, label_log_axis
 
 
 def _log_index(run, count):
@@ -159,7 +159,7 @@ def initial_forces(named):
         ylabel="force along W_i at t = 0",
         title=f"start N(0, s²/m), n = {n}",
     )
-    ax.set_xticks(m, [str(v) for v in m])
+    label_log_axis(ax, m)
     ax.minorticks_off()  # the log axis's minor labels would print over the sizes
     ax.legend(fontsize=7)
     return fig
@@ -237,7 +237,7 @@ def polysemantic_law(sweep, fit):
         ylabel="polysemantic neurons",
         title=f"Figure 3: n = {n}, λ = {sweep.l1}",
     )
-    ax.set_xticks(m, [str(v) for v in m])
+    label_log_axis(ax, m)
     ax.legend()
     return fig
 
@@ -262,7 +262,7 @@ def persistence(sweep, result):
     right.set(xscale="log", ylim=(0, 1.05), xlabel="hidden neurons m", ylabel="share")
     for ax in (left, right):
         ax.axvline(n**2, color="0.6", ls=":", lw=1)
-        ax.set_xticks(m, [str(v) for v in m])
+        label_log_axis(ax, m)
         ax.minorticks_off()
         ax.legend(fontsize=8)
     fig.suptitle(f"Section 5: n = {n}, m from n to n² = {n**2}", fontsize=10)

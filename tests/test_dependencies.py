@@ -557,22 +557,31 @@ def test_importing_one_more_name_stales_nothing_and_older_lists_are_relisted(tmp
     assert notebook_dependencies(code, cells, "paper").key == listed.key
     assert notebook_dependencies(code, cells, "paper", rule="whole imports").key != listed.key
     # a part listed under the earlier rule, relisted from its commit
+    stale = _relisted_from_an_earlier_rule(tmp_path, cells, 1, "whole imports", code)
+    assert stale == ["the code of the setup cell 2"]
+
+
+def _relisted_from_an_earlier_rule(tmp_path, cells, section, rule, code):
+    """Commit a chapter of ``cells``, record ``section`` as listed under the earlier ``rule``,
+    relist it: it must come out current, listed as the present rule lists it. Returns what
+    made it stale before."""
     root, chapter = tmp_path / "repo", "99_probe"
     notebook = {"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
     commit = _committed_repository(root, chapter, notebook)
-    earlier = records.chapter_dependencies(chapter, [1], code, root, rule="whole imports")
-    part = dict(sections=[1], provenance=dict(commit=commit, code=earlier.key), rows=[])
+    earlier = records.chapter_dependencies(chapter, [section], code, root, rule=rule)
+    part = dict(sections=[section], provenance=dict(commit=commit, code=earlier.key), rows=[])
     part["dependencies"] = earlier.to_json()
     folder = root / "results" / "paper"
     folder.mkdir(parents=True)
     (folder / f"{chapter}.json").write_text(
         json.dumps(dict(chapter=chapter, profile="paper", parts=[part]))
     )
-    now = records.chapter_dependencies(chapter, [1], code, root)
-    assert records.staleness(chapter, part, now) == ["the code of the setup cell 2"]
+    now = records.chapter_dependencies(chapter, [section], code, root)
+    stale = records.staleness(chapter, part, now)
     assert records.relist(chapter, folder, root, log=lambda line: None) == [[]]
     (relisted,) = json.loads((folder / f"{chapter}.json").read_text())["parts"]
     assert relisted["dependencies"]["key"] == now.key == relisted["provenance"]["code"]
+    return stale
 
 
 def test_a_statement_s_own_names_are_its_own_and_an_append_in_a_loop_feeds_rows(tmp_path):
@@ -600,19 +609,4 @@ def test_a_statement_s_own_names_are_its_own_and_an_append_in_a_loop_feeds_rows(
 
     assert reads(RULES[-1]) == {"EVAL_SAMPLES"}
     assert reads(earlier) == {"BATCH"}
-    root, chapter = tmp_path / "repo", "99_probe"
-    notebook = {"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
-    commit = _committed_repository(root, chapter, notebook)
-    listed = records.chapter_dependencies(chapter, [2], code, root, rule=earlier)
-    part = dict(sections=[2], provenance=dict(commit=commit, code=listed.key), rows=[])
-    part["dependencies"] = listed.to_json()
-    folder = root / "results" / "paper"
-    folder.mkdir(parents=True)
-    (folder / f"{chapter}.json").write_text(
-        json.dumps(dict(chapter=chapter, profile="paper", parts=[part]))
-    )
-    now = records.chapter_dependencies(chapter, [2], code, root)
-    assert records.staleness(chapter, part, now)
-    assert records.relist(chapter, folder, root, log=lambda line: None) == [[]]
-    (relisted,) = json.loads((folder / f"{chapter}.json").read_text())["parts"]
-    assert relisted["dependencies"]["key"] == now.key == relisted["provenance"]["code"]
+    assert _relisted_from_an_earlier_rule(tmp_path, cells, 2, earlier, code)

@@ -610,3 +610,51 @@ def test_a_statement_s_own_names_are_its_own_and_an_append_in_a_loop_feeds_rows(
     assert reads(RULES[-1]) == {"EVAL_SAMPLES"}
     assert reads(earlier) == {"BATCH"}
     assert _relisted_from_an_earlier_rule(tmp_path, cells, 2, earlier, code)
+
+
+@pytest.mark.parametrize(
+    "section, reads",
+    [
+        # a comprehension's first iterable is read outside it, where n is the batch
+        (
+            "n = rt.BATCH\n"
+            "ledger.at_least('two.n', 'c', 's', measured=sum(1 for n in range(n)), bound=1)",
+            {"BATCH"},
+        ),
+        # a lambda's argument is its own; the m beside it is the outer one
+        (
+            "m = rt.BATCH\nledger.at_least('two.n', 'c', 's', measured=(lambda m: m)(m), bound=1)",
+            {"BATCH"},
+        ),
+        # a with block's loop binds k after the block has read the outer k
+        (
+            "import contextlib\n"
+            "k = rt.BATCH\n"
+            "with contextlib.nullcontext():\n"
+            "    total = k\n"
+            "    for k in (1, 2):\n"
+            "        total += k\n"
+            "ledger.at_least('two.n', 'c', 's', measured=total, bound=1)",
+            {"BATCH"},
+        ),
+        # an annotation without a value binds nothing
+        (
+            "x = rt.BATCH\nx: int\nledger.at_least('two.n', 'c', 's', measured=x, bound=1)",
+            {"BATCH"},
+        ),
+        # corrections in a loop change the ledger, not what its rows read
+        (
+            "fixes = [rt.BATCH]\n"
+            "for fix in fixes:\n"
+            "    ledger.correction('two.fix', 's', 'w', fix=str(fix))\n"
+            "ledger.at_least('two.n', 'c', 's', measured=rt.EVAL_SAMPLES, bound=1)",
+            {"EVAL_SAMPLES"},
+        ),
+    ],
+)
+def test_a_name_is_read_from_the_scope_python_reads_it_from(section, reads):
+    cells = _two_section_chapter()
+    cells[5] = _cell("code", section)
+    listed = notebook_dependencies(Code.from_folder(PACKAGE), cells_for(cells, [2]), "paper")
+    named = {name.rsplit(".", 1)[-1] for name in listed.toycore}
+    assert named & {"BATCH", "EVAL_SAMPLES"} == reads

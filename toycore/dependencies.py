@@ -44,6 +44,9 @@ name for a figure changes no key. Names are scoped as Python scopes them: a stat
 for the names a kept statement reads before binding them itself, and a comprehension's variable
 defines nothing outside it, so a display ``{n: f(n) for n in sizes}`` feeds no row that a later
 ``for n in ...`` makes; ``x.append(v)`` inside a loop changes x as it does at top level.
+What it cannot see, and the chapters therefore do not write: a call that changes an argument
+(``train(model)`` to change ``model``), a change through a subscript or a call
+(``rows[k].append(v)``), a function defined in a cell that reads a global assigned after it.
 """
 
 import ast
@@ -558,19 +561,19 @@ def cells_for(cells, sections, rule=RULE):
         if isinstance(stmt, (ast.Import, ast.ImportFrom))
         for name in _bound([stmt])
     }
-    out, needed = [None] * len(cells), set()
+    out, needed, scoped = [None] * len(cells), set(), _scopes_own_names(rule)
     for k in range(len(cells) - 1, -1, -1):
         cell = cells[k]
         if cell["cell_type"] != "code" or chosen[k]:
             out[k] = cell
-            needed = (needed - _bound(code[k])) | _free(code[k])
+            needed = (needed - _bound(code[k])) | _free(code[k], scoped)
             needed -= ledgers
             continue
         kept = []
         for stmt in reversed(code[k]):
-            if _defines(stmt, imported, _scopes_own_names(rule)) & needed:
+            if _defines(stmt, imported, scoped) & needed:
                 kept.insert(0, stmt)
-                needed = (needed - _bound([stmt])) | _free([stmt])
+                needed = (needed - _bound([stmt])) | _free([stmt], scoped)
                 needed -= ledgers
         if kept:
             out[k] = {**cell, "source": "\n".join(ast.unparse(stmt) for stmt in kept)}
@@ -818,7 +821,9 @@ class _Slicer:
         needed = set()
         for k in range(len(statements) - 1, -1, -1):
             stmt = statements[k]
-            defines = _defines(stmt, scoped=self.scoped)
+            # a call on an imported module or on the ledger changes no variable a row reads
+            modules = (set(self.namespace) | self.ledgers) if self.scoped else ()
+            defines = _defines(stmt, modules, self.scoped)
             if not keep[k] and not self._is_display(stmt) and defines & needed:
                 keep[k] = True
             if isinstance(stmt, (ast.Import, ast.ImportFrom)):
@@ -926,7 +931,7 @@ def _bound(statements):
     definition of them is not needed after them."""
     names = set()
     for stmt in statements:
-        if isinstance(stmt, (ast.Assign, ast.AnnAssign)):
+        if isinstance(stmt, ast.Assign) or (isinstance(stmt, ast.AnnAssign) and stmt.value):
             targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
             for target in targets:
                 if isinstance(target, (ast.Name, ast.Tuple, ast.List)):
@@ -939,8 +944,9 @@ def _bound(statements):
 
 
 def _local(stmt):
-    """Names a statement binds for its own use only: loop and comprehension variables, the
-    arguments of its lambdas and functions, ``with ... as`` names."""
+    """The rule before (RULES): names a statement binds for its own use only, wherever they
+    are read in it: loop and comprehension variables, the arguments of its lambdas and
+    functions, ``with ... as`` names."""
     names = set()
     for node in ast.walk(stmt):
         if isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)):
@@ -952,31 +958,109 @@ def _local(stmt):
     return names
 
 
-def _free(statements):
-    """The names ``statements`` read before (or without) binding them themselves."""
+def _free(statements, scoped=True):
+    """The names ``statements`` read before (or without) binding them themselves.
+    ``scoped=False``: as the rule before read them (RULES)."""
     free, bound = set(), set()
     for stmt in statements:
-        free |= _reads(stmt) - bound
+        free |= _reads(stmt, scoped) - bound
         bound |= _bound([stmt])
     return free
 
 
-def _reads(stmt):
+def _reads(stmt, scoped=True):
     """The names one statement reads before binding them itself. A block is read in order:
     ``if run: s = f(); g(s)`` and ``for k in ks: s = f(k); g(s)`` read no earlier s (taken
     whole, they would, and slicing would pull in whatever earlier cell last bound s, with all
     that cell needs); a loop body that reads s before binding it reads the earlier s."""
     if isinstance(stmt, (ast.If, ast.While)):
-        return _expression_reads(stmt.test) | _free(stmt.body) | _free(stmt.orelse)
+        return (
+            _expression_reads(stmt.test, scoped)
+            | _free(stmt.body, scoped)
+            | _free(stmt.orelse, scoped)
+        )
     if isinstance(stmt, (ast.For, ast.AsyncFor)):
         target = {n.id for n in ast.walk(stmt.target) if isinstance(n, ast.Name)}
-        return _expression_reads(stmt.iter) | (_free(stmt.body) - target) | _free(stmt.orelse)
-    return _expression_reads(stmt)
+        return (
+            _expression_reads(stmt.iter, scoped)
+            | (_free(stmt.body, scoped) - target)
+            | _free(stmt.orelse, scoped)
+        )
+    if scoped and isinstance(stmt, (ast.With, ast.AsyncWith)):
+        named = {
+            n.id
+            for item in stmt.items
+            if item.optional_vars is not None
+            for n in ast.walk(item.optional_vars)
+            if isinstance(n, ast.Name)
+        }
+        context = set().union(*(_expression_reads(i.context_expr) for i in stmt.items))
+        return context | (_free(stmt.body) - named)
+    if scoped and isinstance(stmt, ast.Try):
+        return set().union(
+            _free(stmt.body),
+            *(_free(handler.body) - {handler.name} for handler in stmt.handlers),
+            _free(stmt.orelse),
+            _free(stmt.finalbody),
+        )
+    return _expression_reads(stmt, scoped)
 
 
-def _expression_reads(node):
-    """The names a node reads, less those it binds for its own use (loop variables and the like)."""
-    return _uses(node) - _local(node)
+def _expression_reads(node, scoped=True):
+    """The names a node reads from the scope it stands in: a comprehension's variables, a
+    lambda's or a function's arguments and a function's own assignments are theirs, but a
+    comprehension's first iterable, and defaults and decorators, are read outside them.
+    ``scoped=False``: the rule before (RULES), which left out every name the node binds for
+    its own use wherever it is read, an outer one of the same name included."""
+    if not scoped:
+        return _uses(node) - _local(node)
+    reads = set()
+
+    def stored(target):
+        return {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
+
+    def visit(node, own):
+        if isinstance(node, ast.Name):
+            if isinstance(node.ctx, ast.Load) and node.id not in own:
+                reads.add(node.id)
+        elif isinstance(node, (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)):
+            inner = set(own)
+            for k, generator in enumerate(node.generators):
+                visit(generator.iter, own if k == 0 else inner)  # the first, outside
+                inner |= stored(generator.target)
+                for condition in generator.ifs:
+                    visit(condition, inner)
+            for part in (node.key, node.value) if isinstance(node, ast.DictComp) else (node.elt,):
+                visit(part, inner)
+        elif isinstance(node, (ast.Lambda, ast.FunctionDef, ast.AsyncFunctionDef)):
+            arguments = node.args
+            for default in [*arguments.defaults, *filter(None, arguments.kw_defaults)]:
+                visit(default, own)
+            for decorator in getattr(node, "decorator_list", []):
+                visit(decorator, own)
+            inner = own | {a.arg for a in ast.walk(arguments) if isinstance(a, ast.arg)}
+            body = node.body if isinstance(node.body, list) else [node.body]
+            declared = {
+                name
+                for statement in body
+                for n in ast.walk(statement)
+                if isinstance(n, (ast.Global, ast.Nonlocal))
+                for name in n.names
+            }
+            inner |= {
+                n.id
+                for statement in body
+                for n in ast.walk(statement)
+                if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
+            } - declared
+            for statement in body:
+                visit(statement, inner)
+        else:
+            for child in ast.iter_child_nodes(node):
+                visit(child, own)
+
+    visit(node, frozenset())
+    return reads
 
 
 def _uses(stmt):

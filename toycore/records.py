@@ -600,7 +600,7 @@ def relist(chapter, folder=None, root=REPO_ROOT, log=print):
                     for rule in reversed(RULES)
                 )
             if any(_lists(listed, made, code, profile) for made in (then, *before)):
-                given["code_before"] = given["code"]
+                given.setdefault("code_before", given["code"])  # the run's own key
                 _list(part, then)
                 outcomes.append(staleness(chapter, part, now))
             else:

@@ -197,7 +197,9 @@ def percentile_gap_words(survivors, gap):
     clause the prose can quote."""
     mean = gap.mean(0)
     slope = log_slope(survivors, mean)
-    course = "grows as m' shrinks" if slope < 0 else "does not grow as m' shrinks"
+    course = {-1: "grows as m' shrinks", 0: "stays level as m' shrinks", 1: "shrinks with m'"}[
+        int(np.sign(slope))
+    ]
     return (
         f"{course}: {mean[-1]:.1%} with all m = {survivors[-1]:,} weights left, "
         f"{mean[0]:.0%} with {survivors[0]} (log-log slope {slope:.2f}, mean over seeds)"

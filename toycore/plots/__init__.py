@@ -31,7 +31,7 @@ def label_log_axis(ax, values):
     """Label a log x axis at ``values`` (the sizes a figure ran), and at nothing else: the axis's
     own minor labels (6×10¹ beside 64) would overprint them."""
     ax.set_xticks(values, [str(v) for v in values])
-    ax.set_xticks([], minor=True)
+    ax.minorticks_off()
 
 
 def figure(ncols=1, nrows=1, width=4.2, height=3.2, **kwargs):

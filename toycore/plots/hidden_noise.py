@@ -30,8 +30,10 @@ def _band(ax, steps, values, **style):
     ax.fill_between(steps, mean - sd, mean + sd, color=line.get_color(), alpha=0.15, lw=0)
 
 
-# steps on a log axis above 1, as the authors' plots of Figure 4 draw them, with step 0 kept
-STEP_AXIS = dict(xscale="symlog", xlabel="SGD step (log above 1)")
+def _step_axis(ax, last):
+    """Steps on a log axis above 1, as the authors' plots of Figure 4 draw them, step 0 kept."""
+    ax.set_xscale("symlog", linthresh=1)
+    ax.set(xlim=(0, last), xlabel="SGD step (log above 1)")
 
 
 def _fourth_limits(values):
@@ -49,11 +51,10 @@ def fourth_norm_curves(runs, kinds=("bipolar", "gaussian")):
         _references(ax, runs.hidden)
         ax.set(
             title=f"{kind} noise",
-            xlim=(0, runs.steps[-1]),
             ylabel="mean ‖W_i‖₄⁴",
             ylim=_fourth_limits(runs.fourth.mean(-1)),
-            **STEP_AXIS,
         )
+        _step_axis(ax, runs.steps[-1])
     np.atleast_1d(axes)[0].legend(loc="upper left")
     fig.suptitle(
         f"Figure 4: sparsification under hidden noise (n = {runs.fourth.shape[-1]}, "
@@ -73,11 +74,10 @@ def laws(runs):
     _references(left, runs.hidden)
     left.set(
         title=f"σ = {runs.sigmas[j]:g}",
-        xlim=(0, runs.steps[-1]),
         ylabel="mean ‖W_i‖₄⁴",
         ylim=_fourth_limits(runs.fourth[:, :, j].mean(-1)),
-        **STEP_AXIS,
     )
+    _step_axis(left, runs.steps[-1])
     left.legend(loc="upper left")
     kurtosis = [EXCESS_KURTOSIS[k] for k in runs.kinds]
     final = runs.fourth[-1].mean(-1)  # (laws, σs, seeds)
@@ -162,12 +162,11 @@ def single_instance(run, index, compromising):
         )
     left.axhline(0.2, color="0.5", lw=0.8, ls=":")
     left.set(
-        xlim=(0, run.steps[-1]),
         ylabel="‖W_i‖₄⁴",
         ylim=_fourth_limits(fourth),
-        **STEP_AXIS,
         title=f"σ = {run.sigmas[index]:g}, bipolar, seed {run.seed}",
     )
+    _step_axis(left, run.steps[-1])
     left.legend(fontsize=7, ncol=2)
     W = run.W[index]
     image = right.imshow(W, vmin=-1, vmax=1)

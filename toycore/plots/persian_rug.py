@@ -150,7 +150,6 @@ def _outside_regime(ax, sizes, density):
         )
     ax.set(xscale="log", xlim=(low, high), xlabel="ns")
     label_log_axis(ax, sizes)
-    ax.minorticks_off()
 
 
 def beyond(head, texts_largest, tolerance):
@@ -280,7 +279,6 @@ def loss_parts(sizes, parts, makeup, density, rug_value):
     ax.axhline(makeup.rug_on, color="C1", ls=":", label="rug: p L_on")
     ax.set(xscale="log", yscale="log", xlabel="ns", ylabel="loss per feature")
     label_log_axis(ax, sizes)
-    ax.minorticks_off()
     ax.legend(fontsize=7, ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.2))
     last = parts[-1]
     per_feature = (1 - density) * last.off[0] + density * last.on[0]

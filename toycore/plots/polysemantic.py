@@ -160,7 +160,6 @@ def initial_forces(named):
         title=f"start N(0, s²/m), n = {n}",
     )
     label_log_axis(ax, m)
-    ax.minorticks_off()  # the log axis's minor labels would print over the sizes
     ax.legend(fontsize=7)
     return fig
 
@@ -263,7 +262,6 @@ def persistence(sweep, result):
     for ax in (left, right):
         ax.axvline(n**2, color="0.6", ls=":", lw=1)
         label_log_axis(ax, m)
-        ax.minorticks_off()
         ax.legend(fontsize=8)
     fig.suptitle(f"Section 5: n = {n}, m from n to n² = {n**2}", fontsize=10)
     return fig

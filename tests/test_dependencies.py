@@ -270,26 +270,33 @@ def test_a_paper_record_counts_only_the_paper_sizes(copy, original):
 
 
 def test_a_part_counts_only_the_settings_its_code_reads(copy, original):
-    """Section 11 alone reads the sizes past the texts' (``P.beyond_sizes``): changing them
-    stales section 11's record and leaves sections 1-3, 5 and 12 current; a setting that nothing
-    reads stales nothing; the stopping rule's cap, which section 3 reads, stales both."""
+    """Section 11 alone reads the sizes past the texts' (``P.beyond_sizes``), section 13 alone
+    the text's largest: changing either stales its own section's record and leaves the others
+    current; a setting that nothing reads stales nothing; the stopping rule's cap, which every
+    one of them reads, stales them all."""
     folder, edit = copy
     cells = json.loads((REPO_ROOT / "chapters" / "05_persian_rug.ipynb").read_text())["cells"]
-    parts = ([1, 2, 3, 5], [12], [11])
+    parts = ([1, 2, 3, 5], [12], [11], [13])
 
     def keys(code):
         return [notebook_dependencies(code, cells_for(cells, s), "paper").key for s in parts]
 
+    def moved(before, after):
+        return [a != b for a, b in zip(after, before)]
+
     before = keys(original)
-    paper = "        beyond_sizes=[4096],"
-    edit("sizes.py", paper, "        beyond_sizes=[4096, 8192],")
+    edit("sizes.py", "        beyond_sizes=[4096],", "        beyond_sizes=[4096, 8192],")
     after = keys(Code.from_folder(folder))
-    assert after[:2] == before[:2] and after[2] != before[2]
-    last = "        beyond_seeds=[0, 1, 2],\n    ),\n)"  # the paper entry's end
+    assert moved(before, after) == [False, False, True, False]
+    largest = "        text_largest_sizes=[8192],"
+    edit("sizes.py", largest, "        text_largest_sizes=[8192, 16384],")
+    assert moved(after, keys(Code.from_folder(folder))) == [False, False, False, True]
+    after = keys(Code.from_folder(folder))
+    last = "        text_largest_seeds=[0, 1, 2],\n    ),\n)"  # the paper entry's end
     edit("sizes.py", last, last.replace("\n    ),", "\n        unread=1,\n    ),"))
     assert keys(Code.from_folder(folder)) == after
     edit("sizes.py", "        max_steps=100_000,", "        max_steps=100_001,")
-    assert all(a != b for a, b in zip(keys(Code.from_folder(folder))[:2], after[:2]))
+    assert all(moved(after, keys(Code.from_folder(folder))))
 
 
 def test_a_part_reads_a_name_its_block_binds_first_from_that_block_alone():

@@ -28,6 +28,7 @@ SIZE_FUNCTIONS = {
     ("th", "regime_size"),
     ("ex", "UNREPRESENTED_DENSITY"),  # where chapter 5's features cannot be represented
     ("ex", "UNREPRESENTED_RATIO"),
+    ("ex", "TEXT_LARGEST_SIZE"),  # the ns the text's own claims at its largest size name
 }
 
 

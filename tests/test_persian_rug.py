@@ -742,3 +742,19 @@ def test_the_cells_where_features_can_be_represented_are_chosen_by_value_in_ever
         [False, False, False],
         [False, False, True],
     ]
+
+
+def test_the_text_s_largest_size_is_read_in_words_and_its_rows_spread_is_scale_free():
+    rows = [
+        dict(id="largest.headline", measured=0.93, passed=False, note="ns = 8192, p = 0.045"),
+        dict(id="largest.identical", measured=0.031, passed=True, note="ns = 8192, p = 0.045"),
+    ]
+    words = ex.largest_words(rows)
+    assert words.startswith("at ns = 8192, trained / rug 0.930, which does not lie within")
+    assert words.endswith("3.1% of their mean, within the 5% we read as identical.")
+    assert ex.largest_words(rows[:1]) == "not recorded yet."
+    W = np.random.default_rng(0).normal(size=(2, 6, 6))
+    spread = th.row_interference_spread(W)
+    np.testing.assert_allclose(th.row_interference_spread(3 * W), spread)
+    W_in, W_out, _ = th.persian_rug(64, 16, seed=0)  # every row's Σ_{j≠i} R_ij² alike
+    assert th.row_interference_spread((W_out @ W_in)[None])[0] < 1e-6

@@ -67,6 +67,9 @@ PLAN = (
     # the macroscopic loss: section 8 reads the grids and the headline's sweep too, so they
     # train again (some 9 minutes on an H200): two calls
     ("05_persian_rug", [8]),
+    # the text's largest size, ns = 8192: three models of the headline's recipe, a shard each
+    # (some 10 ms a step for three at once on an H200 with TF32; their steps are not measured)
+    ("05_persian_rug", [13]),
     # its scaling and the exact linear baseline, which need neither: a CPU records them
     ("05_persian_rug", [9, 10]),
     # the construction, the headline sweep, Figure 3, the stopping rule (ours)

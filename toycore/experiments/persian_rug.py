@@ -502,6 +502,24 @@ def beyond_words(rows):
     return f"trained / rug {sizes}; the trend ({slope}) {trend_words(rows, 'beyond.trend')}."
 
 
+def largest_words(rows):
+    """What section 13's rows (``largest.*`` of a ledger or a record) found, as a sentence the
+    prose can quote: trained / rug and the rows' spread of Var ν_i at the text's largest ns."""
+    head, same = row_of(rows, "largest.headline"), row_of(rows, "largest.identical")
+    if head is None or same is None:
+        return "not recorded yet."
+    tolerance = f"{HEADLINE_TOLERANCE:.0%}"
+    size = head["note"].split(",")[0]  # "ns = 8192"
+    return (
+        f"at {size}, trained / rug {head['measured']:.3f}, which "
+        + ("lies" if head["passed"] else "does not lie")
+        + f" within the headline's {tolerance} of 1; the rows' Var ν_i spread by "
+        + f"{same['measured']:.1%} of their mean, "
+        + ("within" if same["passed"] else "more than")
+        + f" the {tolerance} we read as identical."
+    )
+
+
 def redraw_words(rows, devices):
     """How section 11's recorded ratios at the texts' sizes compare with section 3's, as a
     sentence the prose can quote (empty without both); ``rows``: the chapter's recorded rows,
@@ -946,6 +964,9 @@ def joined(first, second):
 
 # "Trained models lose what the rug loses" read as within 5% (ours), from both sides.
 HEADLINE_TOLERANCE = 0.05
+# The text's largest ns: Figure 6's caption ("once ns reaches 8192 ...") and the authors' script
+# for Figure 2 (section 13)
+TEXT_LARGEST_SIZE = 8192
 
 
 @dataclass(frozen=True)

@@ -178,6 +178,14 @@ def symmetry_statistics(W, b, p):
     }
 
 
+def row_interference_spread(W):
+    """Figure 6's caption, "all noise variables have identical variances", read on each model:
+    the standard deviation over rows of Var ν_i ∝ Σ_{j≠i} W_ij², over its mean (the factor
+    Var x and the diagonal's a⁻² cancel). W: (models, ns, ns) -> (models,)."""
+    squares, _ = _off_diagonal_powers(np.asarray(W))  # (models, ns)
+    return squares.std(-1) / squares.mean(-1)
+
+
 # --- the macroscopic loss (section 4.1) ------------------------------------------------------
 
 

@@ -169,8 +169,7 @@ def share_inside_bounds(result):
         lower, upper = th.relative_variance_bounds(run.initial)
         alive = run.nonzero >= 2
         k, value = run.nonzero[alive], survivors_relative_variance(run)[alive]
-        inside = (lower[k - 1] * (1 - 1e-9) <= value) & (value <= upper[k - 1] * (1 + 1e-9))
-        shares.append(inside.mean())
+        shares.append(_between_bounds(value, k, lower, upper).mean())
     return np.array(shares)
 
 
@@ -197,11 +196,10 @@ def percentile_gap_words(survivors, gap):
     clause the prose can quote."""
     mean = gap.mean(0)
     slope = log_slope(survivors, mean)
-    course = {-1: "grows as m' shrinks", 0: "stays level as m' shrinks", 1: "shrinks with m'"}[
-        int(np.sign(slope))
-    ]
+    direction = {-1: "grows as m' shrinks", 0: "stays level as m' shrinks", 1: "shrinks with m'"}
     return (
-        f"{course}: {mean[-1]:.1%} with all m = {survivors[-1]:,} weights left, "
+        f"{direction[int(np.sign(slope))]}: "
+        f"{mean[-1]:.1%} with all m = {survivors[-1]:,} weights left, "
         f"{mean[0]:.0%} with {survivors[0]} (log-log slope {slope:.2f}, mean over seeds)"
     )
 
@@ -273,6 +271,13 @@ class AffineCheck:
     inside: float  # the share of steps whose relative variance lies between the bounds
 
 
+def _between_bounds(value, survivors, lower, upper):
+    """Whether a relative variance with ``survivors`` weights left lies between Appendix B's
+    bounds (``relative_variance_bounds``), to a relative 1e-9 for rounding."""
+    low, high = lower[survivors - 1], upper[survivors - 1]
+    return (low * (1 - 1e-9) <= value) & (value <= high * (1 + 1e-9))
+
+
 def affine_check(hidden, l1, dt, steps, seed=0):
     """Appendix B on plain Euler (no affine shortcut): at every step, fit one affine map from the
     initial survivors to the current ones and report the largest residual relative to the
@@ -289,7 +294,7 @@ def affine_check(hidden, l1, dt, steps, seed=0):
         fit, *_ = np.linalg.lstsq(A, w[alive], rcond=None)
         residual = max(residual, np.abs(A @ fit - w[alive]).max() / w[alive].max())
         rv, k = th.relative_variance(w[alive]), alive.sum()
-        inside.append(lower[k - 1] * (1 - 1e-9) <= rv <= upper[k - 1] * (1 + 1e-9))
+        inside.append(_between_bounds(rv, k, lower, upper))
     return AffineCheck(residual=residual, inside=np.mean(inside))
 
 

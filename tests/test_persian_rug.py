@@ -729,6 +729,31 @@ def test_the_stopping_rule_tests_words_follow_its_rows():
     assert ex.horizon_words([]) == "was not recorded."
 
 
+def test_a_loss_still_falling_where_its_run_stopped_is_told_from_a_flat_one():
+    rng = np.random.default_rng(0)
+    steps = ex.FALL_STEPS
+    noise = rng.normal(0, 0.01, (2, steps + 500))  # per-step batch noise, 1% of the loss
+    falling = 1 - 2e-5 * np.arange(steps + 500) + noise[0]  # 4% over the last steps
+    flat = 1 + noise[1]
+    ended = np.concatenate([flat[:-300], np.full(300, np.nan)])  # a run 300 steps shorter
+    falls = ex.fall_at_stop(np.stack([falling, flat, ended]))
+    assert falls[0] > 3 and abs(falls[1]) < 3 and abs(falls[2]) < 3
+    # the slope is read over the run's own last steps: NaN padding changes nothing
+    assert falls[2] == ex.fall_at_stop(flat[:-300])[0]
+    with pytest.raises(ValueError, match="no last"):
+        ex.fall_at_stop(falling[: steps - 1])
+
+
+def test_the_stopping_rules_explanation_in_words_follows_its_row():
+    row = dict(id="horizon.falling", passed=True, measured=23.4, note="ns = 2048: 23 to 29 s.e.")
+    held = ex.falling_words([row])
+    assert f"over the run's last {ex.FALL_STEPS:,} steps, by at least 23 standard" in held
+    assert "(ns = 2048: 23 to 29 s.e.): each of these runs was still learning" in held
+    failed = ex.falling_words([{**row, "passed": False, "measured": 1.2}])
+    assert "by at least 1 standard" in failed and "not every run was still learning" in failed
+    assert ex.falling_words([]) == "the test was not recorded yet."
+
+
 def test_the_cells_where_features_can_be_represented_are_chosen_by_value_in_every_grid():
     # the cpu grid's sparsest p and smallest nd/ns are its first row and column; the texts' grid
     # goes sparser and smaller, and the same values are left out there too

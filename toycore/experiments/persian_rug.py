@@ -6,6 +6,7 @@ models' losses against the rug's, their symmetry statistics, the variance bound,
 makeup.
 """
 
+import inspect
 import re
 import warnings
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ from ..data import SparseUniform
 from ..profiles import select
 from ..sizes import PERSIAN_RUG
 from ..theory import persian_rug as th
+from ..train import train_until_converged
 from ..words import course
 from .rug_training import (
     BATCH,
@@ -614,6 +616,26 @@ def horizon_words(rows):
     )
 
 
+def falling_words(rows):
+    """What section 12's ``horizon.falling`` (of a ledger or a record) found, as a sentence the
+    prose can quote: how surely the loss still fell where the rule stopped the runs, and where
+    the rule's stops fell, per size."""
+    row = row_of(rows, "horizon.falling")
+    if row is None:
+        return "the test was not recorded yet."
+    # "ns = 1024: 23 to 28 s.e., stops at 10,890 to 12,090 steps; ..."
+    verdict = (
+        "each of these runs was still learning where the rule ended it"
+        if row["passed"]
+        else "not every run was still learning where the rule ended it"
+    )
+    return (
+        f"the training loss of every run the rule stopped fell, over the run's last "
+        f"{FALL_STEPS:,} steps, by at least {row['measured']:.0f} standard errors of its slope "
+        f"({row['note']}): {verdict}."
+    )
+
+
 def linear_runs(features, density, ratios, seeds, *, max_steps=45_000):
     """Trained linear models (no ReLU) with a bias, to check the exact linear optimum: their
     losses and whether the stopping rule stopped them (not the cap), each (R, S)."""
@@ -1013,6 +1035,26 @@ def horizon_runs(sweep, density, ratio):
         at_horizon=at_horizon,
         rug=th.rug_loss(density, ratio)[0],
     )
+
+
+# Whether a run's loss still fell where the stopping rule ended it is read over its last ten of
+# the rule's windows (``train_until_converged``'s window: the rule compares the last two)
+FALL_STEPS = 10 * inspect.signature(train_until_converged).parameters["window"].default
+
+
+def fall_at_stop(curves, steps=FALL_STEPS):
+    """How surely each run's training loss still fell where its run ended: the least-squares
+    slope of its per-step loss over its last ``steps`` steps, as a fall in standard errors of
+    that slope (positive: falling; beyond 3, a fall its noise does not explain). ``curves``:
+    (runs, longest) per-step losses, NaN after a run's end. Returns (runs,)."""
+    falls = []
+    for curve in np.atleast_2d(curves):
+        curve = curve[~np.isnan(curve)]
+        if len(curve) < steps:
+            raise ValueError(f"a run of {len(curve)} steps has no last {steps} steps to read")
+        fit = stats.linregress(np.arange(steps), curve[-steps:])
+        falls.append(-fit.slope / fit.stderr)
+    return np.array(falls)
 
 
 def headline_holds(trained, rug):

@@ -385,6 +385,9 @@ def test_the_regime_is_where_the_interference_kurtosis_is_small():
     assert th.in_regime(0.045, np.array([128, 1024])).tolist() == [False, True]
     with pytest.raises(ValueError, match="features must be at least 2"):
         th.interference_kurtosis(0.1, 1)
+    # an explanation row reads the sizes inside the regime, else the largest one alone
+    assert ex.sizes_read([first - 1, first, 2 * first], 0.045) == [first, 2 * first]
+    assert ex.sizes_read([first - 2, 8, first - 1], 0.045) == [first - 1]
 
 
 def test_a_fitted_rug_loses_no_more_than_the_large_ns_a_and_b(tmp_path, monkeypatch):

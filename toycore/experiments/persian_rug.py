@@ -41,6 +41,13 @@ def sizes(profile=None):
     return select(profile, **PERSIAN_RUG)
 
 
+def sizes_read(sizes, density):
+    """The sizes an explanation row reads: those of ``sizes`` inside the text's regime at
+    ``density``, or, where none is, the largest alone (its row then says it lies outside)."""
+    inside = [size for size in sizes if th.in_regime(density, size)]
+    return inside or [max(sizes)]
+
+
 def instance_seed(cell, seed):
     """Distinct seeds for the grid's cells: cell k, replicate s -> 1000 k + s."""
     return 1000 * cell + seed

@@ -334,3 +334,24 @@ def test_a_course_is_read_step_by_step():
 
     assert course([1, 2, 3]) == 1 and course([3, 2, 1]) == -1 and course([1, 3, 2]) == 0
     assert course([1, 1]) == 0 and course([1]) is None and course({4: 1, 5: 2}.values()) == 1
+
+
+def test_figure_3_at_the_authors_sixteen_sizes_labels_only_the_doublings():
+    from types import SimpleNamespace
+
+    from toycore.plots import polysemantic as plots
+
+    def figure_3(ms):
+        counts = np.random.default_rng(0).poisson(64**2 / (4 * ms[:, None]), (len(ms), 4))
+        sweep = SimpleNamespace(features=64, hiddens=ms, l1=1e-3, counts=counts)
+        fit = SimpleNamespace(constant=0.25, interval=(0.2, 0.3))
+        ax = plots.polysemantic_law(sweep, fit).axes[0]
+        seeds_x = ax.collections[0].get_offsets()[:, 0].reshape(len(ms), -1)
+        return [t.get_text() for t in ax.get_xticklabels()], seeds_x, ax.get_ylim()[0]
+
+    labels, seeds_x, bottom = figure_3(np.arange(64, 1025, 64))
+    assert labels == ["64", "128", "", "256", "", "", "", "512"] + [""] * 7 + ["1024"]
+    # each size's seeds stay nearer their own size than the next one's
+    assert np.all(seeds_x.max(1)[:-1] < seeds_x.min(1)[1:])
+    labels, _, bottom = figure_3(np.array([64, 128, 256, 512, 1024]))
+    assert labels == ["64", "128", "256", "512", "1024"] and bottom == 0

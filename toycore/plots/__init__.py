@@ -27,10 +27,15 @@ STYLE = {
 matplotlib.rcParams.update(STYLE)
 
 
-def label_log_axis(ax, values):
-    """Label a log x axis at ``values`` (the sizes a figure ran), and at nothing else: the axis's
-    own minor labels (6×10¹ beside 64) would overprint them."""
-    ax.set_xticks(values, [str(v) for v in values])
+def label_log_axis(ax, values, closest=1.4):
+    """Tick a log x axis at ``values`` (the sizes a figure ran), and nowhere else: the axis's
+    own minor labels (6×10¹ beside 64) would overprint them. Where two neighbours lie within a
+    factor ``closest`` of each other (sizes stepped linearly, as the authors' Figure 3 steps m
+    by 256 up to 4096), only the first size's doublings carry a label, so that none overlap."""
+    values = sorted(values)
+    crowded = any(high / low < closest for low, high in zip(values, values[1:]))
+    labels = [str(v) if not crowded or np.log2(v / values[0]).is_integer() else "" for v in values]
+    ax.set_xticks(values, labels)
     ax.minorticks_off()
 
 

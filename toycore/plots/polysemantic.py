@@ -200,7 +200,9 @@ def polysemantic_law(sweep, fit):
     """Figure 3: polysemantic neurons against m, every seed, the mean, n²/(4m) and the fit."""
     fig, ax = figure(width=5.0, height=3.6)
     m = sweep.hiddens
-    jitter = np.exp(np.linspace(-0.08, 0.08, sweep.counts.shape[1]))
+    # the seeds spread sideways, less than a third of the way to the next size
+    spread = min(0.08, np.diff(np.log(m)).min() / 3) if len(m) > 1 else 0.08
+    jitter = np.exp(np.linspace(-spread, spread, sweep.counts.shape[1]))
     ax.scatter(
         (m[:, None] * jitter).flatten(),
         sweep.counts.flatten(),
@@ -235,6 +237,7 @@ def polysemantic_law(sweep, fit):
         xlabel="hidden neurons m",
         ylabel="polysemantic neurons",
         title=f"Figure 3: n = {n}, λ = {sweep.l1}",
+        ylim=(0, None),  # counts: an error bar reaching below 0 opened a negative axis
     )
     label_log_axis(ax, m)
     ax.legend()

@@ -538,8 +538,8 @@ def test_a_run_of_several_sections_is_split_into_parts_that_stale_alone(tmp_path
     assert "split" in one["provenance"] and one["provenance"]["code"] != two["provenance"]["code"]
     training = root / "toycore" / "experiments" / "rug_training.py"
     text = training.read_text()
-    assert "EVAL_SAMPLES = " in text
-    training.write_text(text.replace("EVAL_SAMPLES = ", "EVAL_SAMPLES = 2 * ", 1))
+    assert "EVAL_SAMPLES = 16_384\n" in text
+    training.write_text(text.replace("EVAL_SAMPLES = 16_384\n", "EVAL_SAMPLES = 32_768\n", 1))
     now = Code.from_folder(root / "toycore")
     stale = [
         records.staleness(
@@ -547,7 +547,8 @@ def test_a_run_of_several_sections_is_split_into_parts_that_stale_alone(tmp_path
         )
         for p in (one, two)
     ]
-    assert stale == [[], ["experiments.rug_training.EVAL_SAMPLES"]]
+    # the cells name a literal constant, which counts by its value, in section 2's code
+    assert stale == [[], ["the code of §2 cell 1"]]
     # a row that no numbered section makes cannot be recorded by section
     with pytest.raises(ValueError, match="'zero' is not made by one numbered section"):
         records.by_section(chapter, [{"id": "zero"}], root=root)
@@ -565,7 +566,12 @@ def test_importing_one_more_name_stales_nothing_and_older_lists_are_relisted(tmp
     assert notebook_dependencies(code, cells, "paper", rule="whole imports").key != listed.key
     # a part listed under the earlier rule, relisted from its commit
     stale = _relisted_from_an_earlier_rule(tmp_path, cells, 1, "whole imports", code)
-    assert stale == ["the code of the setup cell 2"]
+    # and section 1's rt.BATCH, a literal constant, now counts by its value in its cell
+    assert stale == [
+        "experiments.rug_training.BATCH (no longer used)",
+        "the code of the setup cell 2",
+        "the code of §1 cell 1",
+    ]
 
 
 def _relisted_from_an_earlier_rule(tmp_path, cells, section, rule, code):
@@ -614,7 +620,8 @@ def test_a_statement_s_own_names_are_its_own_and_an_append_in_a_loop_feeds_rows(
         listed = notebook_dependencies(code, cells_for(cells, [2], rule), "paper", rule)
         return {name.rsplit(".", 1)[-1] for name in listed.toycore} & {"BATCH", "EVAL_SAMPLES"}
 
-    assert reads(RULES[-1]) == {"EVAL_SAMPLES"}
+    # read as units: under the last rule these literal constants count by their values
+    assert reads("own names scoped") == {"EVAL_SAMPLES"}
     assert reads(earlier) == {"BATCH"}
     assert _relisted_from_an_earlier_rule(tmp_path, cells, 2, earlier, code)
 
@@ -662,6 +669,40 @@ def test_a_statement_s_own_names_are_its_own_and_an_append_in_a_loop_feeds_rows(
 def test_a_name_is_read_from_the_scope_python_reads_it_from(section, reads):
     cells = _two_section_chapter()
     cells[5] = _cell("code", section)
-    listed = notebook_dependencies(Code.from_folder(PACKAGE), cells_for(cells, [2]), "paper")
+    # the names read as units (under the last rule, literal constants count by their values)
+    rule = "own names scoped"
+    listed = notebook_dependencies(
+        Code.from_folder(PACKAGE), cells_for(cells, [2], rule), "paper", rule
+    )
     named = {name.rsplit(".", 1)[-1] for name in listed.toycore}
     assert named & {"BATCH", "EVAL_SAMPLES"} == reads
+
+
+def test_a_literal_constant_counts_by_its_value_where_a_row_names_it(copy, original, tmp_path):
+    """Naming a number a chapter wrote out (a literal toycore constant instead of 0.05) stales
+    nothing; changing the constant's value stales what reads it, as editing the number would;
+    a constant that is not a literal stays a unit of the closure. A part listed under the rule
+    before is relisted from its commit, and is current."""
+    folder, edit = copy
+    edit(
+        "experiments/rug_training.py",
+        "BATCH = 1024\n",
+        "BATCH = 1024\nPROBE_TOLERANCE = 0.05\nPROBE_SCALED = 2 * BATCH\n",
+    )
+    code = Code.from_folder(folder)
+
+    def key(tolerance, code=code, rule=RULES[-1]):
+        return notebook_dependencies(code, probe_cells(tolerance=tolerance), "paper", rule).key
+
+    assert key("rt.PROBE_TOLERANCE") == key("0.05") != key("0.1")
+    assert key("rt.PROBE_TOLERANCE", rule="own names scoped") != key(
+        "0.05", rule="own names scoped"
+    )
+    edit("experiments/rug_training.py", "PROBE_TOLERANCE = 0.05", "PROBE_TOLERANCE = 0.1")
+    assert key("rt.PROBE_TOLERANCE", Code.from_folder(folder)) == key("0.1")
+    named = notebook_dependencies(code, probe_cells(tolerance="rt.PROBE_SCALED"), "paper")
+    assert "toycore.experiments.rug_training.PROBE_SCALED" in named.toycore
+    # a part listed when rt.BATCH counted as a unit, relisted from its commit
+    cells = probe_cells(measured="sweep.loss.mean() * rt.BATCH")
+    stale = _relisted_from_an_earlier_rule(tmp_path, cells, 1, "own names scoped", original)
+    assert stale == ["the code of §1 cell 3"]

@@ -40,7 +40,10 @@ by name (``P.beyond_sizes``; ``select`` hands them out as attributes), so that a
 section 11 reads stales section 11 alone. Display statements (``show``, ``glue``, ``print``,
 ``ledger.table()``) feed no row; any other statement that is a bare call is kept, since it may
 change state. An import counts only the names that kept statements use: importing one more
-name for a figure changes no key. Names are scoped as Python scopes them: a statement is needed
+name for a figure changes no key. A toycore constant assigned a literal (a number, a string, a
+tuple of them) counts by its value where a kept statement names it, as if the number were
+written out: naming a number the chapter repeats changes no key, and changing the constant's
+value stales exactly what reads it. Names are scoped as Python scopes them: a statement is needed
 for the names a kept statement reads before binding them itself, and a comprehension's variable
 defines nothing outside it, so a display ``{n: f(n) for n in sizes}`` feeds no row that a later
 ``for n in ...`` makes; ``x.append(v)`` inside a loop changes x as it does at top level.
@@ -84,7 +87,10 @@ PROFILES = ("ci", "cpu", "paper")  # as toycore.profiles.PROFILES, without impor
 # from it; then a statement's own names (a comprehension's variables, a loop's target) no longer
 # make it a definition of a later statement's same-named variable, and ``x.append(v)`` inside
 # a block changes x as it does at top level.
-RULES = ("whole imports", "imported names used", "own names scoped")
+# Last, a toycore constant that is a literal counts by its value where a row's code names it,
+# so that naming a number the chapter wrote out (``ex.HEADLINE_DENSITY`` for 0.045) stales
+# nothing, and changing the constant's value stales what reads it.
+RULES = ("whole imports", "imported names used", "own names scoped", "constants by value")
 RULE = RULES[-1]
 
 
@@ -407,6 +413,39 @@ class Code:
                     entries.append(entry)
             units |= self._resolve_chain(entries, chain[1])
         return units, loose
+
+    def literal_constant(self, namespace, node):
+        """The value of the toycore constant that ``node`` (a name, or an attribute chain such
+        as ``ex.HEADLINE_TOLERANCE``) names through ``namespace``, where it is assigned once, to
+        one name, a literal number, string or tuple of them (its syntax tree); else None."""
+        if isinstance(node, ast.Name):
+            chain = (node.id, [])
+        else:
+            chain = _attribute_chain(node)
+        if chain is None or chain[0] not in namespace:
+            return None
+        entries = []
+        for entry in namespace[chain[0]]:
+            entries += self._member(entry[1], entry[2]) if entry[0] == "from" else [entry]
+        for attribute in chain[1]:
+            if len(entries) != 1 or entries[0][0] != "module":
+                return None
+            entries = self._member(entries[0][1], attribute)
+        if len(entries) != 1 or entries[0][0] != "unit":
+            return None
+        unit = self.units.get(entries[0][1])
+        if unit is None or unit.kind != "constant" or not isinstance(unit.node, ast.Assign):
+            return None
+        if len(unit.node.targets) != 1 or not isinstance(unit.node.targets[0], ast.Name):
+            return None
+        try:
+            value = ast.literal_eval(unit.node.value)
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+            return None
+        items = value if isinstance(value, tuple) else (value,)
+        if not all(isinstance(item, (int, float, str)) for item in items):
+            return None  # a dict, list or set may be a profile table or changed in place
+        return unit.node.value
 
     # -- closure and digests ------------------------------------------------------------------
 
@@ -746,6 +785,8 @@ def notebook_dependencies(code, cells, profile, rule=RULE):
         if not keep:
             continue
         stmt = slicer.without_words(stmt)
+        if _constants_by_value(rule):
+            stmt = _InlineConstants(code, namespace).visit(stmt)
         found, loose = code.resolve_names(namespace, stmt)
         units |= found
         attributes |= loose
@@ -912,6 +953,52 @@ def _defines(stmt, modules=(), scoped=True):
 
 def _scopes_own_names(rule):
     return RULES.index(rule) >= RULES.index("own names scoped")
+
+
+def _constants_by_value(rule):
+    return RULES.index(rule) >= RULES.index("constants by value")
+
+
+class _InlineConstants(ast.NodeTransformer):
+    """A chapter's statement with each name of a literal toycore constant replaced by the
+    constant's value (``Code.literal_constant``), as if the chapter had written it out."""
+
+    def __init__(self, code, namespace):
+        self.code, self.namespace = code, namespace
+
+    def _inline(self, node):
+        value = self.code.literal_constant(self.namespace, node)
+        return ast.copy_location(_copy(value), node) if value is not None else None
+
+    def visit_Attribute(self, node):
+        return self._inline(node) or self.generic_visit(node)
+
+    def visit_Name(self, node):
+        return (isinstance(node.ctx, ast.Load) and self._inline(node)) or node
+
+    def visit_JoinedStr(self, node):
+        """An f-string's ``{constant}``, once inlined, reads as the text it formats to, as the
+        same string with the number written in would: f"p = {ex.P}" as "p = 0.045"."""
+        before = serialise(node)
+        self.generic_visit(node)
+        if serialise(node) == before:
+            return node  # nothing inlined: as the chapter wrote it
+        values = []
+        for value in node.values:
+            if (
+                isinstance(value, ast.FormattedValue)
+                and isinstance(value.value, ast.Constant)
+                and value.conversion == -1
+                and value.format_spec is None
+            ):
+                value = ast.Constant(str(value.value.value))
+            if values and isinstance(value, ast.Constant) and isinstance(values[-1], ast.Constant):
+                value = ast.Constant(values.pop().value + value.value)
+            values.append(value)
+        if len(values) == 1 and isinstance(values[0], ast.Constant):
+            return ast.copy_location(values[0], node)  # no placeholder left: a plain string
+        node.values = values
+        return node
 
 
 def _ledger_names(bodies):

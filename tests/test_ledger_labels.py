@@ -29,6 +29,8 @@ SIZE_FUNCTIONS = {
     ("ex", "UNREPRESENTED_DENSITY"),  # where chapter 5's features cannot be represented
     ("ex", "UNREPRESENTED_RATIO"),
     ("ex", "TEXT_LARGEST_SIZE"),  # the ns the text's own claims at its largest size name
+    ("ex", "HEADLINE_DENSITY"),  # the headline's cell: Figure 3's p, and our nd/ns
+    ("ex", "HEADLINE_RATIO"),
 }
 
 

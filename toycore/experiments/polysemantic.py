@@ -26,6 +26,11 @@ from ..theory import polysemantic as th
 from ..train import record_steps, train
 
 DTYPE = torch.float64
+# The authors' recipe for Figure 3 (their collisions.py): l1 strength λ, AdamW's learning rate
+# (with its default weight decay, 0.01) and the number of steps
+FIGURE3_L1 = 1e-3
+FIGURE3_LR = 1e-3
+FIGURE3_STEPS = 7500
 
 
 # --- the sparsification ODE without interference ----------------------------------------------

@@ -31,6 +31,7 @@ SIZE_FUNCTIONS = {
     ("ex", "TEXT_LARGEST_SIZE"),  # the ns the text's own claims at its largest size name
     ("ex", "HEADLINE_DENSITY"),  # the headline's cell: Figure 3's p, and our nd/ns
     ("ex", "HEADLINE_RATIO"),
+    ("ex", "FIGURE3_STEPS"),  # chapter 3: the authors' recipe for Figure 3
 }
 
 

@@ -548,7 +548,10 @@ def test_a_run_of_several_sections_is_split_into_parts_that_stale_alone(tmp_path
         for p in (one, two)
     ]
     # the cells name a literal constant, which counts by its value, in section 2's code
-    assert stale == [[], ["the code of §2 cell 1"]]
+    assert stale == [
+        [],
+        ["experiments.rug_training.EVAL_SAMPLES (16384 → 32768)", "the code of §2 cell 1"],
+    ]
     # a row that no numbered section makes cannot be recorded by section
     with pytest.raises(ValueError, match="'zero' is not made by one numbered section"):
         records.by_section(chapter, [{"id": "zero"}], root=root)
@@ -698,8 +701,18 @@ def test_a_literal_constant_counts_by_its_value_where_a_row_names_it(copy, origi
     assert key("rt.PROBE_TOLERANCE", rule="own names scoped") != key(
         "0.05", rule="own names scoped"
     )
+    before = notebook_dependencies(code, probe_cells(tolerance="rt.PROBE_TOLERANCE"), "paper")
     edit("experiments/rug_training.py", "PROBE_TOLERANCE = 0.05", "PROBE_TOLERANCE = 0.1")
     assert key("rt.PROBE_TOLERANCE", Code.from_folder(folder)) == key("0.1")
+    after = notebook_dependencies(
+        Code.from_folder(folder), probe_cells(tolerance="rt.PROBE_TOLERANCE"), "paper"
+    )
+    # what changed says which constant, and its values
+    assert changes(before, after) == [
+        "experiments.rug_training.PROBE_TOLERANCE (0.05 → 0.1)",
+        "the code of §1 cell 3",
+    ]
+    assert before.constants == {"toycore.experiments.rug_training.PROBE_TOLERANCE": "0.05"}
     named = notebook_dependencies(code, probe_cells(tolerance="rt.PROBE_SCALED"), "paper")
     assert "toycore.experiments.rug_training.PROBE_SCALED" in named.toycore
     # a part listed when rt.BATCH counted as a unit, relisted from its commit

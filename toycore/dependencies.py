@@ -417,7 +417,8 @@ class Code:
     def literal_constant(self, namespace, node):
         """The value of the toycore constant that ``node`` (a name, or an attribute chain such
         as ``ex.HEADLINE_TOLERANCE``) names through ``namespace``, where it is assigned once, to
-        one name, a literal number, string or tuple of them (its syntax tree); else None."""
+        one name, a literal number, string or tuple of them: (its unit's name, the value's
+        syntax tree); else None."""
         if isinstance(node, ast.Name):
             chain = (node.id, [])
         else:
@@ -445,7 +446,7 @@ class Code:
         items = value if isinstance(value, tuple) else (value,)
         if not all(isinstance(item, (int, float, str)) for item in items):
             return None  # a dict, list or set may be a profile table or changed in place
-        return unit.node.value
+        return unit.name, unit.node.value
 
     # -- closure and digests ------------------------------------------------------------------
 
@@ -678,10 +679,13 @@ def _text(cell):
 class Dependencies:
     """What a record's numbers depend on: ``toycore`` {unit: digest}, ``cells`` [[where,
     digest]] (the sliced code of each cell that feeds a row, in order), and ``key``, their
-    hash (the cells' places left out: inserting a Markdown cell changes no number)."""
+    hash (the cells' places left out: inserting a Markdown cell changes no number).
+    ``constants`` {name: value as written}: the literal constants the cells name, which count
+    by their values in the cells' code; kept to say which changed, not in the key."""
 
     toycore: dict
     cells: list
+    constants: dict = field(default_factory=dict)
 
     @property
     def key(self):
@@ -690,17 +694,26 @@ class Dependencies:
         )
 
     def to_json(self):
-        return dict(key=self.key, toycore=self.toycore, cells=self.cells)
+        data = dict(key=self.key, toycore=self.toycore, cells=self.cells)
+        return {**data, "constants": self.constants} if self.constants else data
 
     @classmethod
     def from_json(cls, data):
-        return cls(dict(data["toycore"]), [list(cell) for cell in data["cells"]])
+        return cls(
+            dict(data["toycore"]),
+            [list(cell) for cell in data["cells"]],
+            dict(data.get("constants", {})),
+        )
 
 
 def changes(old, new, limit=8):
     """What changed from ``old`` to ``new`` (Dependencies), as short phrases: the toycore
     functions and constants changed, added or gone, then the cells."""
     phrases = []
+    for name in sorted(set(old.constants) & set(new.constants)):
+        if old.constants[name] != new.constants[name]:
+            short = name.removeprefix(PACKAGE_NAME + ".")
+            phrases.append(f"{short} ({old.constants[name]} → {new.constants[name]})")
     for name in sorted(set(old.toycore) | set(new.toycore)):
         short = name.removeprefix(PACKAGE_NAME + ".")
         if name not in old.toycore:
@@ -781,12 +794,13 @@ def notebook_dependencies(code, cells, profile, rule=RULE):
     kept = slicer.slice([stmt for _, stmt in statements])
 
     units, attributes, per_cell = set(), set(), {}
+    inline = _InlineConstants(code, namespace)
     for (index, stmt), keep in zip(statements, kept):
         if not keep:
             continue
         stmt = slicer.without_words(stmt)
         if _constants_by_value(rule):
-            stmt = _InlineConstants(code, namespace).visit(stmt)
+            stmt = inline.visit(stmt)
         found, loose = code.resolve_names(namespace, stmt)
         units |= found
         attributes |= loose
@@ -794,7 +808,9 @@ def notebook_dependencies(code, cells, profile, rule=RULE):
     cell_digests = [
         [places[index], _digest("\n".join(per_cell[index]))] for index in sorted(per_cell)
     ]
-    return Dependencies(code.closure(units, attributes, profile), cell_digests)
+    return Dependencies(
+        code.closure(units, attributes, profile), cell_digests, dict(sorted(inline.inlined.items()))
+    )
 
 
 class _Slicer:
@@ -965,10 +981,15 @@ class _InlineConstants(ast.NodeTransformer):
 
     def __init__(self, code, namespace):
         self.code, self.namespace = code, namespace
+        self.inlined = {}  # constant's unit name -> its value as written
 
     def _inline(self, node):
-        value = self.code.literal_constant(self.namespace, node)
-        return ast.copy_location(_copy(value), node) if value is not None else None
+        found = self.code.literal_constant(self.namespace, node)
+        if found is None:
+            return None
+        name, value = found
+        self.inlined[name] = ast.unparse(value)
+        return ast.copy_location(_copy(value), node)
 
     def visit_Attribute(self, node):
         return self._inline(node) or self.generic_visit(node)

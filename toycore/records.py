@@ -576,9 +576,10 @@ def relist(chapter, folder=None, root=REPO_ROOT, log=print):
     depends on, read from the commit it was recorded at; only where that commit's code is what
     the part's list says it ran under one of the RULES: every unit's digest and every cell as
     listed, a profile table compared by its whole entry for the profile (the rule before its
-    settings were counted one by one). A part that is current is left as it is. The verdicts
-    and the commit stay. Returns, per part, what changed since (empty: current),
-    or why it was not relisted."""
+    settings were counted one by one). A part that is current is left as it is, but for the
+    values of the literal constants its cells name, where its list lacks them (they are not in
+    the key). The verdicts and the commit stay. Returns, per part, what changed since (empty:
+    current), or why it was not relisted."""
     path = (folder or FOLDER) / f"{chapter}.json"
     record = json.loads(path.read_text())
     now_code = Code.from_folder(root / "toycore")
@@ -589,6 +590,9 @@ def relist(chapter, folder=None, root=REPO_ROOT, log=print):
         refused = _not_relisted(part)
         if not staleness(chapter, part, now):
             outcomes.append([])  # current as listed: nothing to relist
+            if now.constants and "constants" not in part["dependencies"]:
+                # listed before constants counted by value: their values, outside the key
+                part["dependencies"]["constants"] = now.constants
         elif refused:
             outcomes.append([f"not relisted: {refused}"])
         else:

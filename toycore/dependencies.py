@@ -327,13 +327,14 @@ class Code:
         if (module, name) in seen:
             return []
         seen.add((module, name))
-        found = []
         info = self.modules.get(module)
-        for entry in info.globals.get(name, []) if info else []:
-            if entry[0] == "from":
-                found += self._member(entry[1], entry[2], seen)
-            else:
-                found.append(entry)
+        return self._meanings(info.globals.get(name, []) if info else [], seen)
+
+    def _meanings(self, entries, seen=None):
+        """A name's entries, each ``("from", module, attribute)`` followed to what it names."""
+        found = []
+        for entry in entries:
+            found += self._member(entry[1], entry[2], seen) if entry[0] == "from" else [entry]
         return found
 
     def _member(self, module, attribute, seen=None):
@@ -405,13 +406,7 @@ class Code:
                 continue
             if chain is None or chain[0] not in namespace:
                 continue
-            entries = []
-            for entry in namespace[chain[0]]:
-                if entry[0] == "from":
-                    entries += self._member(entry[1], entry[2])
-                else:
-                    entries.append(entry)
-            units |= self._resolve_chain(entries, chain[1])
+            units |= self._resolve_chain(self._meanings(namespace[chain[0]]), chain[1])
         return units, loose
 
     def literal_constant(self, namespace, node):
@@ -425,9 +420,7 @@ class Code:
             chain = _attribute_chain(node)
         if chain is None or chain[0] not in namespace:
             return None
-        entries = []
-        for entry in namespace[chain[0]]:
-            entries += self._member(entry[1], entry[2]) if entry[0] == "from" else [entry]
+        entries = self._meanings(namespace[chain[0]])
         for attribute in chain[1]:
             if len(entries) != 1 or entries[0][0] != "module":
                 return None

@@ -36,6 +36,9 @@ def test_ledger_verdicts_and_record(tmp_path, monkeypatch):
     assert ledger.at_most("h", "at the bound", "§5", measured=1.0, bound=1.0)["passed"]
     assert not ledger.at_least("i", "below", "§5", measured=0.99, bound=1.0)["passed"]
     assert not ledger.all_passed
+    assert ledger.row("b") is ledger.rows[1] and not ledger.row("i")["passed"]
+    with pytest.raises(KeyError, match="no row 'z'"):
+        ledger.row("z")
     path = ledger.save()
     assert path == tmp_path / "claims" / "99_example.json"
     rows = json.loads(path.read_text())

@@ -167,6 +167,13 @@ class Ledger:
         self.rows.append(row)
         return row
 
+    def row(self, id):
+        """The row ``id`` added so far, for prose about its verdict; a clear error if none."""
+        row = row_of(self.rows, id)
+        if row is None:
+            raise KeyError(f"{self.chapter}'s ledger has no row {id!r} yet")
+        return row
+
     @property
     def all_passed(self):
         return all(row["passed"] for row in self.rows if not row["outside_regime"])

@@ -355,3 +355,11 @@ def test_figure_3_at_the_authors_sixteen_sizes_labels_only_the_doublings():
     assert np.all(seeds_x.max(1)[:-1] < seeds_x.min(1)[1:])
     labels, _, bottom = figure_3(np.array([64, 128, 256, 512, 1024]))
     assert labels == ["64", "128", "256", "512", "1024"] and bottom == 0
+
+
+def test_sizes_in_words_name_an_even_step_and_list_the_rest():
+    from toycore.words import size_list
+
+    assert size_list(range(256, 4097, 256)) == "256 to 4096 in steps of 256"
+    assert size_list([64, 128, 256, 512, 1024]) == "64, 128, 256, 512, 1024"
+    assert size_list([64, 128]) == "64, 128"

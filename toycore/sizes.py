@@ -142,7 +142,8 @@ POLYSEMANTIC = dict(
     paper=dict(
         ode_seeds=range(8),
         flow=dict(n=128, m=512, seeds=range(16), l1=0.01, steps=4000, lr=0.05),
-        law=dict(n=256, ms=[256, 512, 1024, 2048, 4096], seeds=range(16), steps=7500),
+        # the authors' collisions.py: m from 256 to 4096 in steps of 256, sixteen sizes
+        law=dict(n=256, ms=list(range(256, 4097, 256)), seeds=range(16), steps=7500),
         # n = m = 256 models have about n²/(4m) = 64 polysemantic neurons each, and one run
         # costs 64 of cpu's n = 64: 16 of each model keep cpu's 256 runs (a rate's standard
         # error about 0.03) at a quarter of the cost of all

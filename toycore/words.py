@@ -11,3 +11,13 @@ def course(values):
         return None
     steps = np.diff(values)
     return 1 if (steps > 0).all() else -1 if (steps < 0).all() else 0
+
+
+def size_list(values):
+    """Sizes in words: "256 to 4096 in steps of 256" where three or more are evenly spaced,
+    else each of them, "64, 128, 256"."""
+    values = [int(v) for v in values]
+    steps = set(np.diff(values).tolist())
+    if len(values) >= 3 and len(steps) == 1:
+        return f"{values[0]} to {values[-1]} in steps of {steps.pop()}"
+    return ", ".join(map(str, values))

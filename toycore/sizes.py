@@ -122,7 +122,7 @@ POLYSEMANTIC = dict(
         ode_seeds=range(2),  # seeds of the one-encoding ODE of Figure 2
         # gradient descent standing in for the gradient flow: the threshold and the overlaps
         flow=dict(n=32, m=128, seeds=range(4), l1=0.01, steps=4000, lr=0.05),
-        law=dict(n=64, ms=[64, 128, 256], seeds=range(8), steps=7500),  # Figure 3's sweep over m
+        law=dict(n=64, ms=[64, 128, 256], seeds=range(8)),  # Figure 3's sweep over m
         # section 5's proposed fix, on at most per_model polysemantic neurons of each source model
         split=dict(seeds=range(16), steps=6000, per_model=16),
         explorer=dict(n=16, ms=[16, 32], l1s=[1e-3, 1e-2], steps=3000),
@@ -133,7 +133,7 @@ POLYSEMANTIC = dict(
     cpu=dict(
         ode_seeds=range(4),
         flow=dict(n=64, m=256, seeds=range(16), l1=0.01, steps=4000, lr=0.05),
-        law=dict(n=64, ms=[64, 128, 256, 512, 1024], seeds=range(16), steps=7500),
+        law=dict(n=64, ms=[64, 128, 256, 512, 1024], seeds=range(16)),
         split=dict(seeds=range(16), steps=10000, per_model=16),
         explorer=dict(n=32, ms=[32, 64, 128], l1s=[3e-4, 1e-3, 3e-3, 1e-2], steps=7500),
         persist=dict(n=10, ms=[10, 20, 50, 100], seeds=range(256)),
@@ -143,7 +143,7 @@ POLYSEMANTIC = dict(
         ode_seeds=range(8),
         flow=dict(n=128, m=512, seeds=range(16), l1=0.01, steps=4000, lr=0.05),
         # the authors' collisions.py: m from 256 to 4096 in steps of 256, sixteen sizes
-        law=dict(n=256, ms=list(range(256, 4097, 256)), seeds=range(16), steps=7500),
+        law=dict(n=256, ms=list(range(256, 4097, 256)), seeds=range(16)),
         # n = m = 256 models have about n²/(4m) = 64 polysemantic neurons each, and one run
         # costs 64 of cpu's n = 64: 16 of each model keep cpu's 256 runs (a rate's standard
         # error about 0.03) at a quarter of the cost of all

@@ -62,6 +62,8 @@ def test_polysemantic_counter_on_hand_built_matrices():
     W[1, 3], W[2, 3], W[3, 3] = 0.8, 1.2, -1.0  # neuron 3: three features, both ends included
     assert th.polysemantic_neurons(W).tolist() == [True, False, False, True]
     assert th.count_polysemantic(torch.stack([W, torch.eye(5, 4)])).tolist() == [2, 0]
+    assert th.crowded_neurons(W).tolist() == [False, False, False, True]
+    assert not th.crowded_neurons(th.paired(6, 9, sign=-1)).any()  # zero loss: at most two
 
 
 def test_fast_sparsification_equals_plain_euler():

@@ -65,6 +65,12 @@ def polysemantic_neurons(W, bounds=POLYSEMANTIC_RANGE):
     return representing(W, bounds).sum(-2) >= 2
 
 
+def crowded_neurons(W, bounds=POLYSEMANTIC_RANGE):
+    """Neurons representing three or more features, which no zero-loss solution has: two of
+    three weights on one neuron share a sign, so their features interfere. bool (..., hidden)."""
+    return representing(W, bounds).sum(-2) >= 3
+
+
 def count_polysemantic(W, bounds=POLYSEMANTIC_RANGE):
     """How many polysemantic neurons each W has: (...)."""
     return polysemantic_neurons(W, bounds).sum(-1)

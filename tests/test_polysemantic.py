@@ -365,3 +365,16 @@ def test_sizes_in_words_name_an_even_step_and_list_the_rest():
     assert size_list(range(256, 4097, 256)) == "256 to 4096 in steps of 256"
     assert size_list([64, 128, 256, 512, 1024]) == "64, 128, 256, 512, 1024"
     assert size_list([64, 128]) == "64, 128"
+
+
+def test_malign_keepers_names_whether_the_larger_start_kept_the_neuron():
+    # three seeds' malign runs, start then end: feature 1 starts larger and keeps it; feature
+    # 0 starts larger but feature 1 keeps it; both decay (no keeper, left out)
+    start = torch.tensor([[0.5, 0.7], [0.7, 0.5], [0.6, 0.6]])
+    end = torch.tensor([[0.0, 1.0], [0.0, 0.9], [0.1, 0.0]])
+    benign = torch.zeros(2, 3, 2)
+    runs = ex.Collisions(
+        time=np.array([0.0, 1.0]),
+        shared={"benign": benign, "malign": torch.stack([start, end])},
+    )
+    assert ex.malign_keepers(runs).tolist() == [True, False]

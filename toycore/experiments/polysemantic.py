@@ -1104,3 +1104,13 @@ def keep_shared(runs, kind):
     """Per seed of ``collision_runs``: how many of the two features end on the shared neuron
     (|weight| in [0.8, 1.2]). kind: "benign" or "malign"."""
     return th.representing(runs.shared[kind][-1]).sum(-1).numpy()
+
+
+def malign_keepers(runs):
+    """For the malign starts of ``collision_runs`` where exactly one of the two features keeps
+    the shared neuron: whether it is the one whose shared weight started larger in size, as
+    the pressures -W_ik W_jk² and -W_ik² W_jk predict. bool (seeds with one keeper,)."""
+    shared = torch.as_tensor(runs.shared["malign"])  # (records, seeds, 2); record 0 is the start
+    keeps = th.representing(shared[-1])  # (seeds, 2)
+    one = keeps.sum(-1) == 1
+    return (keeps[one].int().argmax(-1) == shared[0, one].abs().argmax(-1)).numpy()

@@ -1108,8 +1108,10 @@ def keep_shared(runs, kind):
 
 def malign_keepers(runs):
     """For the malign starts of ``collision_runs`` where exactly one of the two features keeps
-    the shared neuron: whether it is the one whose shared weight started larger in size, as
-    the pressures -W_ik W_jk² and -W_ik² W_jk predict. bool (seeds with one keeper,)."""
+    the shared neuron: whether it is the one whose shared weight started larger in size. The
+    pressures -W_ik W_jk² and -W_ik² W_jk favour the larger once the two rows share only that
+    coordinate; at the start the rest of each row still moves both weights, so the start's order
+    need not be the one that counts. bool (seeds with one keeper,)."""
     shared = torch.as_tensor(runs.shared["malign"])  # (records, seeds, 2); record 0 is the start
     keeps = th.representing(shared[-1])  # (seeds, 2)
     one = keeps.sum(-1) == 1

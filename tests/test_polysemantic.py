@@ -378,3 +378,31 @@ def test_malign_keepers_names_whether_the_larger_start_kept_the_neuron():
         shared={"benign": benign, "malign": torch.stack([start, end])},
     )
     assert ex.malign_keepers(runs).tolist() == [True, False]
+
+
+def test_half_dead_interpolates_in_log_lambda_and_says_never_and_already():
+    bound = ex.L1Bound(
+        features=4,
+        hiddens=np.array([16, 64, 256]),
+        multiples=np.array([1.0, 2.0, 4.0, 8.0, 16.0]),
+        dead=np.array([[0, 0, 0.25, 0.75, 1], [0.6, 1, 1, 1, 1], [0, 0, 0, 0, 0.4]], dtype=float),
+    )
+    half = bound.half_dead()
+    assert half[0] == pytest.approx(4 * np.sqrt(2))  # halfway from 0.25 to 0.75, in log λ√m
+    assert half[1] == 1.0 and half[2] == np.inf
+
+
+def test_l1_far_above_the_bound_kills_every_encoding_and_at_it_none():
+    # n = 4, m = 16: the largest of 16 initial weights is about 1.8/√m, and a weight turns to
+    # growth only if 4(1 - ‖W_i‖²)|W_ik| > λ, so λ√m = 1 leaves every encoding alive and 64 kills
+    bound = ex.l1_bound(4, [16], range(3), multiples=[1.0, 64.0])
+    assert bound.dead.tolist() == [[0.0, 1.0]]
+
+
+@pytest.mark.parametrize(
+    "multiples, message",
+    [([2.0, 1.0], "increase"), ([0.0, 1.0], "positive"), ([], "positive")],
+)
+def test_l1_bound_refuses_a_bad_grid_before_training(multiples, message):
+    with pytest.raises(ValueError, match=message):
+        ex.l1_bound(4, [16], range(3), multiples=multiples)

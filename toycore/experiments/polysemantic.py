@@ -447,6 +447,92 @@ def gradient_flow_run(features, hidden, seeds, l1, *, steps, lr, records=60):
     )
 
 
+# Section 2 assumes λ ≤ 1/√m "such that l1 regularization does not impose total and degenerate
+# sparsity on weights". We look for where that sparsity sets in: λ√m from the bound up to 32 in
+# half-octaves, by gradient descent with steps small enough to follow the flow (a step moves a
+# weight by lr·λ, far below its initial size 1/√m), until the largest initial weight, about
+# 3.5/√m, would have shrunk to zero even at the bound (t = 3.5/(λ√m) ≤ 3.5).
+L1_MULTIPLES = tuple(2 ** (k / 2) for k in range(11))  # λ√m: 1, √2, 2, ..., 32
+L1_SWEEP_TIME = 10.0
+L1_SWEEP_LR = 0.002
+L1_BOUND_SIZES = (1, 4)  # the m it runs at, in units of the gradient-descent setting's m
+DEAD_NORM = 0.5  # a dead encoding: ‖W_i‖ below half the unit length (trained norms are near 0 or 1)
+
+
+@cached
+def l1_bound_shard(features, hidden, seeds, multiple, *, time, lr):
+    """Gradient descent at λ = multiple/√m from the N(0, 1/m) start until ``time``: the final
+    encoding lengths ‖W_i‖, (seeds, n) float64."""
+    model = TiedBasisAutoencoder(features, hidden, seeds, multiple / hidden**0.5)
+    _, W = _train(
+        model,
+        steps=round(time / lr),
+        lr=lr,
+        optimizer="sgd",
+        records=2,
+        desc=f"n={features} m={hidden}, λ√m = {multiple:.3g}",
+    )
+    return np.linalg.norm(W, axis=-1)
+
+
+@dataclass(frozen=True)
+class L1Bound:
+    """Where the ℓ1 term kills whole encodings: per m and λ√m, the share of dead encodings."""
+
+    features: int  # n
+    hiddens: np.ndarray  # (hiddens,) the sizes m
+    multiples: np.ndarray  # (multiples,) λ√m, increasing
+    dead: np.ndarray  # (hiddens, multiples) share of encodings with ‖W_i‖ < DEAD_NORM, all seeds
+
+    def half_dead(self):
+        """Per m, the λ√m at which half the encodings are dead, interpolated in log λ√m between
+        the grid's values around it; the grid's first value if half are dead there already, inf
+        if never on the grid. (hiddens,)"""
+        return np.array([_crossing(self.multiples, dead, 0.5) for dead in self.dead])
+
+
+def _crossing(x, y, level):
+    """The x at which y, increasing along x, first reaches level, interpolated in log x."""
+    above = np.flatnonzero(y >= level)
+    if not len(above):
+        return np.inf
+    k = above[0]
+    if k == 0:
+        return float(x[0])
+    share = (level - y[k - 1]) / (y[k] - y[k - 1])
+    return float(np.exp(np.log(x[k - 1]) + share * (np.log(x[k]) - np.log(x[k - 1]))))
+
+
+def l1_bound(
+    features, hiddens, seeds, multiples=L1_MULTIPLES, *, time=L1_SWEEP_TIME, lr=L1_SWEEP_LR
+):
+    """Section 2's λ ≤ 1/√m: for each m and λ√m, train one model per seed (one shard per pair,
+    ``toycore.shards``) and count the encodings the ℓ1 term kills."""
+    seeds, features = list(check_seeds(seeds)), check_size("features", features)
+    for hidden in hiddens:
+        check_size("hidden", hidden, minimum=features)
+    multiples = np.asarray(multiples, dtype=float)
+    if not (multiples.ndim == 1 and len(multiples) and np.all(multiples > 0)):
+        raise ValueError("multiples must be positive values of λ√m")
+    if np.any(np.diff(multiples) <= 0):
+        raise ValueError("multiples must increase")
+    check_range("time", time, 0, low_open=True)
+    check_range("lr", lr, 0, low_open=True)
+    calls = [
+        ((features, int(hidden), seeds, float(c)), dict(time=time, lr=lr))
+        for hidden in hiddens
+        for c in multiples
+    ]
+    norms = shards.run(l1_bound_shard, calls, f"λ up to {multiples[-1]:g}/√m, n={features}")
+    dead = np.array([(norm < DEAD_NORM).mean() for norm in norms])
+    return L1Bound(
+        features=features,
+        hiddens=np.array(hiddens),
+        multiples=multiples,
+        dead=dead.reshape(len(hiddens), len(multiples)),
+    )
+
+
 @dataclass(frozen=True)
 class InitialForces:
     """The forces on each encoding at initialisation, along W_i, for several m at one n."""

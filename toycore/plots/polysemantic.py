@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from ..experiments.polysemantic import survivors_relative_variance
+from ..experiments.polysemantic import DEAD_NORM, survivors_relative_variance
 from ..theory import polysemantic as th
 from ..train import record_steps
 from . import figure, label_log_axis
@@ -141,6 +141,25 @@ def overlap_decay(flow):
         title=f"n={flow.features}, m={flow.hidden}, λ={flow.l1}",
     )
     ax.legend()
+    return fig
+
+
+def l1_bound(bound):
+    """The share of encodings the ℓ1 term kills against λ√m, one curve per m, with the text's
+    bound λ = 1/√m."""
+    fig, ax = figure(width=5.0, height=3.4)
+    for hidden, dead in zip(bound.hiddens, bound.dead):
+        ax.semilogx(bound.multiples, dead, "o-", label=f"m = {hidden}")
+    ax.axvline(1.0, color="k", ls=":", lw=1, label="the text's bound λ = 1/√m")
+    ax.set(
+        xlabel="λ√m",
+        ylabel=f"share of dead encodings (‖W_i‖ < {DEAD_NORM})",
+        ylim=(-0.03, 1.03),
+        title=f"gradient descent from N(0, 1/m), n = {bound.features}",
+    )
+    low, high = np.log2(bound.multiples[[0, -1]])
+    label_log_axis(ax, [2**k for k in range(int(np.ceil(low)), int(np.floor(high)) + 1)])
+    ax.legend(fontsize=8)
     return fig
 
 

@@ -353,8 +353,6 @@ def test_symmetry_statistics_and_crossing_on_hand_built_inputs():
         assert batched["row_variance"][index] == pytest.approx(
             np.var(th.feature_variance(0.2) * squares), rel=1e-12
         )
-    assert ex.crossing([64, 128, 256], [3.0, 2.0, 1.0], 1.5) == pytest.approx(np.sqrt(128 * 256))
-    assert ex.crossing([64, 128], [3.0, 2.0], 1.0) is None
 
 
 @pytest.mark.parametrize("output", ["relu", "linear"])

@@ -390,6 +390,11 @@ def test_half_dead_interpolates_in_log_lambda_and_says_never_and_already():
     half = bound.half_dead()
     assert half[0] == pytest.approx(4 * np.sqrt(2))  # halfway from 0.25 to 0.75, in log λ√m
     assert half[1] == 1.0 and half[2] == np.inf
+    # a falling curve, negated: the size at which a loss falls to 1.5, and one that never does
+    assert ex.crossing([64, 128, 256], [-3.0, -2.0, -1.0], -1.5) == pytest.approx(
+        np.sqrt(128 * 256)
+    )
+    assert ex.crossing([64, 128], [-3.0, -2.0], -1.0) == np.inf
 
 
 def test_l1_far_above_the_bound_kills_every_encoding_and_at_it_none():

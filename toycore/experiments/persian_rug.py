@@ -1177,19 +1177,6 @@ def row_macroscopic_loss(W, b, density):
     return losses.reshape(a.shape).mean(-1)
 
 
-def crossing(sizes, losses, level):
-    """The ns at which the mean loss first falls to ``level``, interpolated in log ns; None when
-    it stays above."""
-    sizes, losses = np.log(np.asarray(sizes, float)), np.asarray(losses, float)
-    for k in range(len(sizes)):
-        if losses[k] <= level:
-            if k == 0:
-                return float(np.exp(sizes[0]))
-            t = (losses[k - 1] - level) / (losses[k - 1] - losses[k])
-            return float(np.exp(sizes[k - 1] + t * (sizes[k] - sizes[k - 1])))
-    return None
-
-
 @dataclass(frozen=True)
 class EquationChecks:
     """The text's equations of sections 4.2-4.3 and appendices A-B, each evaluated on a grid

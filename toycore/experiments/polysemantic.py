@@ -488,19 +488,21 @@ class L1Bound:
         """Per m, the λ√m at which half the encodings are dead, interpolated in log λ√m between
         the grid's values around it; the grid's first value if half are dead there already, inf
         if never on the grid. (hiddens,)"""
-        return np.array([_crossing(self.multiples, dead, 0.5) for dead in self.dead])
+        return np.array([crossing(self.multiples, dead, 0.5) for dead in self.dead])
 
 
-def _crossing(x, y, level):
-    """The x at which y, increasing along x, first reaches level, interpolated in log x."""
+def crossing(x, y, level):
+    """The x at which y first reaches ``level`` from below, interpolated in log x: x[0] if y
+    starts there, inf if it never does (for a falling y, pass -y and -level)."""
+    x, y = np.log(np.asarray(x, float)), np.asarray(y, float)
     above = np.flatnonzero(y >= level)
     if not len(above):
         return np.inf
     k = above[0]
     if k == 0:
-        return float(x[0])
+        return float(np.exp(x[0]))
     share = (level - y[k - 1]) / (y[k] - y[k - 1])
-    return float(np.exp(np.log(x[k - 1]) + share * (np.log(x[k]) - np.log(x[k - 1]))))
+    return float(np.exp(x[k - 1] + share * (x[k] - x[k - 1])))
 
 
 def l1_bound(

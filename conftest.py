@@ -5,16 +5,37 @@ overwrites the claims ledgers of a book built with `make book`; its result cache
 end, the time each part of the suite took."""
 
 import os
+import tempfile
+import uuid
 from collections import defaultdict
 from pathlib import Path
 
+import nbval.kernel
 import pytest
+from traitlets import default
 
 from toycore.paths import REPO_ROOT
 
 os.environ.setdefault("TOYCORE_PROFILE", "ci")
 os.environ["TOYCORE_PROGRESS"] = "0"
 os.environ["TOYCORE_BUILD_DIR"] = str(REPO_ROOT / "_build" / "tests")
+
+
+class UnixSocketKernelManager(nbval.kernel.KernelManager):
+    """nbval's kernels talk over Unix sockets, as the book build's do (execute_chapter): a TCP
+    port the manager picks can be taken by another process before the kernel binds it, and the
+    kernel then dies at its start. The sockets' files are removed when the kernel shuts down."""
+
+    @default("transport")
+    def _default_transport(self):
+        return "ipc"
+
+    @default("ip")
+    def _default_ip(self):
+        return str(Path(tempfile.gettempdir()) / f"nbval-kernel-{uuid.uuid4().hex}")
+
+
+nbval.kernel.KernelManager = UnixSocketKernelManager
 
 BOOK_BUILD = "the book built in ci (every chapter computed, once)"
 PHASES = {

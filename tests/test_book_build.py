@@ -4,6 +4,7 @@ import json
 import re
 import shutil
 import time
+from pathlib import Path
 
 import pytest
 from bs4 import BeautifulSoup
@@ -171,6 +172,27 @@ def test_a_kernel_that_dies_fails_the_build_naming_chapter_and_cell(tmp_path):
         if "injected-parameters" not in cell.metadata.get("tags", [])
     ]
     assert statuses == ["completed", "completed", "failed", "pending"]
+
+
+def test_a_chapters_kernel_talks_over_unix_sockets_in_a_folder_of_its_own(tmp_path):
+    """Over TCP the manager picks ports that the kernel binds a moment later; one taken in
+    between by another process kills the kernel at its start. A chapter's kernel binds no TCP
+    port, and its sockets' folder is gone once the chapter ends."""
+    import nbformat
+
+    notebook = probe_notebook(
+        tmp_path / "_transport_probe.ipynb",
+        "profile = None",
+        "from ipykernel.kernelapp import IPKernelApp\n"
+        "app = IPKernelApp.instance()\n"
+        "print(app.transport, app.ip)",
+    )
+    output = tmp_path / "out.ipynb"
+    execute.execute_chapter(notebook, output, "ci")
+    transport, ip = nbformat.read(output, as_version=4).cells[-1].outputs[0].text.split()
+    assert transport == "ipc"
+    assert Path(ip).parent.name.startswith("toycore-kernel-")
+    assert not Path(ip).parent.exists()
 
 
 def test_an_edit_anywhere_in_toycore_executes_a_chapter_again(tmp_path):

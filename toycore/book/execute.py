@@ -63,6 +63,11 @@ def execute_chapter(notebook, output, profile, device=None):
     raises BuildError naming the chapter and the cell, and Ctrl-C BuildInterrupted."""
     timeout = CELL_TIMEOUT_S[resolve_profile(profile)]
     chapter = shown(notebook)
+    # The kernel talks over Unix sockets in a folder of its own. Over TCP the manager picks free
+    # ports and the kernel binds them a moment later, and a port that another process (a second
+    # chapter's kernel, a browser's connection) takes in between kills the kernel at its start
+    # ("Kernel died before replying to kernel_info").
+    sockets = Path(tempfile.mkdtemp(prefix="toycore-kernel-"))
     try:
         papermill.execute_notebook(
             str(notebook),
@@ -75,9 +80,7 @@ def execute_chapter(notebook, output, profile, device=None):
             # Killed when done: a kernel asked to shut down while its
             # cell runs (Ctrl-C) prints a traceback of its own.
             shutdown_kernel="immediate",
-            # CurveZMQ keys where pyzmq has them: ipykernel otherwise warns at every start
-            # that its TCP sockets are not encrypted
-            config=Config(KernelManager=dict(transport_encryption="auto")),
+            config=Config(KernelManager=dict(transport="ipc", ip=str(sockets / "kernel"))),
         )
     except CellTimeoutError as error:
         raise BuildError(
@@ -104,6 +107,8 @@ def execute_chapter(notebook, output, profile, device=None):
         raise BuildInterrupted(
             f"interrupted during {chapter}, {stopped_cell(output)}; finished results are kept"
         ) from None
+    finally:
+        shutil.rmtree(sockets, ignore_errors=True)
     hide_injected_parameters(output)
 
 

@@ -38,7 +38,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -144,18 +143,16 @@ def binder(tmp_path_factory):
     return repo, environ, venv
 
 
-def free_port():
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def server(binder):
     """A Jupyter server for the repository copy on 127.0.0.1: (base URL, token)."""
     repo, environ, venv = binder
-    port, token = free_port(), "binder-test"
+    token = "binder-test"
     server_log = repo.parent / "jupyter-server.log"
+    # The server picks its own free port (--port=0) and writes it in its runtime folder: a port
+    # found free here could be taken by another process before the server, seconds later, binds it.
+    runtime = repo.parent / "jupyter-runtime"
+    shutil.rmtree(runtime, ignore_errors=True)
     # A Jupyter config folder of its own, as a fresh Binder session has: JupyterLab keeps its
     # workspaces and user settings there, so none from an earlier run or from the user's own
     # JupyterLab (~/.jupyter) is restored into the pages or overrides the settings above.
@@ -169,7 +166,7 @@ def server(binder):
             "--no-browser",
             "--allow-root",
             "--ip=127.0.0.1",
-            f"--port={port}",
+            "--port=0",
             f"--IdentityProvider.token={token}",
             f"--ServerApp.root_dir={repo}",
             "--LabApp.news_url=",
@@ -177,17 +174,18 @@ def server(binder):
             "--LabApp.expose_app_in_browser=True",
         ],
         cwd=repo,
-        env={**environ, "JUPYTER_CONFIG_DIR": str(config)},
+        env={**environ, "JUPYTER_CONFIG_DIR": str(config), "JUPYTER_RUNTIME_DIR": str(runtime)},
         stdout=subprocess.DEVNULL,
         stderr=server_log.open("w"),
     )
-    base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + START_TIMEOUT_S
     while True:
         try:
+            info = next(runtime.glob("jpserver-*.json"))  # written once the server listens
+            base = f"http://127.0.0.1:{json.loads(info.read_text())['port']}"
             urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=10)
             break
-        except OSError:
+        except (OSError, StopIteration, ValueError):
             if process.poll() is None and time.monotonic() < deadline:
                 time.sleep(1)
                 continue

@@ -365,6 +365,39 @@ def test_a_part_replaces_the_parts_it_overlaps(tmp_path):
     assert write([_row("e", True)], None) == [None]  # the whole chapter replaces every part
 
 
+def test_a_part_made_again_with_the_same_values_keeps_the_run_that_first_made_them(tmp_path):
+    """After an edit that moves no number, a part is made again from the result cache in
+    seconds; its provenance keeps the commit, date, device and time of the run that computed
+    its values, through any number of such re-makes, and the Reproducing page says so."""
+    first = _part([_row("a", True)], [3], wall_time_s=1676.0)
+    records.write_parts("99_example", [first], tmp_path)
+
+    def again(rows, commit, **provenance):
+        moved = Dependencies({f"toycore.example.{commit}": "89ab"}, DEPENDS.cells)
+        part = _part(rows, [3], commit=commit, wall_time_s=8.0, code=moved.key, **provenance)
+        records.write_parts("99_example", [{**part, "dependencies": moved.to_json()}], tmp_path)
+        (held,) = records.load(tmp_path)["99_example"]["parts"]
+        assert records.check(records.load(tmp_path)["99_example"]) == []
+        return held["provenance"].get("first_run")
+
+    made = dict(commit=first["provenance"]["commit"], recorded="2026-11-23 10:00 UTC")
+    made.update(device="NVIDIA H100 80GB HBM3", wall_time_s=1676.0)
+    reworded = {**_row("a", True), "claim": "claim a, in other words", "why": "a reason"}
+    assert again([reworded], "fedcba9876543210") == made
+    assert again([_row("a", True)], "0f0f0f0f0f0f0f0f") == made  # through a second re-make
+    page = reports.paper_comparison(
+        {"99_example": [_row("a", True)]}, records.load(tmp_path), {"99_example": "An example"}, {}
+    )
+    assert "an earlier run, on NVIDIA H100 80GB HBM3, commit `0123456789`" in page
+    assert "which took 27.9 min" in page and "in 0.1 min" in page
+    # another number, another row, another device type or library: a new run of its own
+    assert again([{**_row("a", True), "measured": 0.5}], "1111111111111111") is None
+    records.write_parts("99_example", [first], tmp_path)
+    assert again([_row("a", True), _row("b", True)], "2222222222222222") is None
+    records.write_parts("99_example", [first], tmp_path)
+    assert again([_row("a", True)], "3333333333333333", torch="2.14.0") is None
+
+
 def test_every_record_is_current_or_says_what_changed():
     """A part of a record is stale exactly when the code it depends on changed: it then says
     which functions or cells, in a short list."""

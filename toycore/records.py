@@ -98,6 +98,22 @@ ROW_KEYS = (
 # A part made with the same code, device type and libraries, with the same rows, is the same
 # run's: a rebuild that found every result in the cache keeps it (``new_parts``).
 SAME_RUN = ("code", "device_type", "matmul", "torch", "numpy", "scipy")
+# What a row computed, apart from the words of its claim and its reasons (no number is there).
+ROW_VALUES = (
+    "id",
+    "expected",
+    "measured",
+    "tolerance",
+    "compare",
+    "passed",
+    "spread",
+    "note",
+    "known_failure",
+    "profile",
+)
+# Of a run's provenance, what says when, where and how long the run that made a part's values
+# took (``first_run``).
+FIRST_RUN = ("commit", "recorded", "device", "wall_time_s")
 
 
 def _git(*args, root=REPO_ROOT):
@@ -277,12 +293,55 @@ def new_parts(chapter, parts, folder=None):
     ]
 
 
+def _values(rows):
+    return json.dumps([[row.get(key) for key in ROW_VALUES] for row in rows])
+
+
+def _gives_values_of(part, old):
+    """Whether ``old`` (a part before ``part``) holds ``part``'s sections, and rows with the
+    same values by the same ids, made on the same device type, precision and libraries."""
+    if old["sections"] is not None and (
+        part["sections"] is None or not set(part["sections"]) <= set(old["sections"])
+    ):
+        return False
+    theirs = {row["id"]: row for row in old["rows"]}
+    ours = part["rows"]
+    return (
+        all(row["id"] in theirs for row in ours)
+        and _values([theirs[row["id"]] for row in ours]) == _values(ours)
+        and all(
+            old["provenance"].get(key) == part["provenance"].get(key)
+            for key in SAME_RUN
+            if key != "code"
+        )
+    )
+
+
+def carry_first_run(parts, held):
+    """Give each of ``parts`` whose values a part in ``held`` gave before it (``_gives_values_
+    of``) in a run that took longer, that run as its ``first_run``: the commit, date, device
+    and wall time of the run that first computed those values. A part made again after an edit
+    that moved no number reads its results from the cache in seconds, where its values took
+    that run minutes or hours."""
+    for part in parts:
+        for old in held:
+            if _gives_values_of(part, old):
+                given = old["provenance"]
+                first = given.get("first_run") or {key: given[key] for key in FIRST_RUN}
+                if first["wall_time_s"] > part["provenance"]["wall_time_s"]:
+                    part["provenance"]["first_run"] = first
+                break
+    return parts
+
+
 def write_parts(chapter, parts, folder=None):
-    """Put ``parts`` into ``chapter``'s record in place of the parts they overlap. Returns the
-    file's path."""
+    """Put ``parts`` into ``chapter``'s record in place of the parts they overlap, each that
+    gives the values of one it replaces keeping the run that first made them
+    (``carry_first_run``). Returns the file's path."""
     path = (folder or FOLDER) / f"{chapter}.json"
     profile = parts[0]["rows"][0]["profile"] if parts and parts[0]["rows"] else "paper"
     record = load(folder).get(chapter) or dict(chapter=chapter, profile=profile, parts=[])
+    parts = carry_first_run(parts, record["parts"])
     kept = [
         old
         for old in record["parts"]
@@ -500,6 +559,16 @@ def _check_part(part, chapter, profile):
             problems.append("provenance's wall_time_s is not a time in seconds")
         if given.get("device_type") not in ("cpu", "cuda"):
             problems.append(f"provenance's device_type is {given.get('device_type')!r}")
+        first = given.get("first_run", {})
+        if not isinstance(first, dict) or (
+            first
+            and (
+                set(first) != set(FIRST_RUN)
+                or not isinstance(first["wall_time_s"], (int, float))
+                or first["wall_time_s"] < 0
+            )
+        ):
+            problems.append(f"provenance's first_run is not the {', '.join(FIRST_RUN)} of a run")
     depends = part.get("dependencies")
     if not isinstance(depends, dict) or not {"key", "toycore", "cells"} <= set(depends):
         problems.append("no dependencies (what its numbers depend on)")

@@ -2,6 +2,7 @@
 summary and its claim-by-claim comparison with the texts' sizes, and the findings page."""
 
 import html
+import json
 import re
 
 from ..claims import (
@@ -148,6 +149,24 @@ def paper_comparison(ledgers, recorded, titles, stale):
                     else "."
                 )
             )
+            firsts = {}  # each earlier run that first computed values of this run's parts
+            for k in run:
+                first = parts[k]["provenance"].get("first_run")
+                if first:
+                    firsts.setdefault(json.dumps(first, sort_keys=True), []).append(k)
+            for first, which in firsts.items():
+                first = json.loads(first)
+                held = (
+                    f" of {describe_sections(run_sections([parts[k] for k in which]))}"
+                    if len(which) < len(run)
+                    else ""
+                )
+                lines.append(
+                    f" Its values{held} are those of an earlier run, on {first['device']}, "
+                    f"commit `{first['commit'][:10]}`, {first['recorded']}, which took "
+                    f"{first['wall_time_s'] / 60:.1f} min: this one read them from the result "
+                    f"cache or computed the same again."
+                )
             for k in run:
                 if stale.get(stem) and stale[stem][k]:
                     held = describe_sections(parts[k]["sections"]) if len(run) > 1 else ""

@@ -174,6 +174,20 @@ def test_a_kernel_that_dies_fails_the_build_naming_chapter_and_cell(tmp_path):
     assert statuses == ["completed", "completed", "failed", "pending"]
 
 
+def test_a_kernel_that_dies_as_it_starts_fails_the_build_naming_the_chapter(tmp_path):
+    # a sitecustomize on the kernel's path that ends any ipykernel before it binds a socket
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "sitecustomize.py").write_text(
+        "import os, sys\nif 'ipykernel_launcher' in ' '.join(sys.orig_argv):\n    os._exit(3)\n"
+    )
+    notebook = probe_notebook(tmp_path / "_unborn_probe.ipynb", "profile = None", "x = 1")
+    with execute.environment(PYTHONPATH=str(tmp_path / "site")):
+        with pytest.raises(
+            book.BuildError, match=r"_unborn_probe.ipynb: the kernel died as it started"
+        ):
+            execute.execute_chapter(notebook, tmp_path / "out.ipynb", "ci")
+
+
 def test_a_chapters_kernel_talks_over_unix_sockets_in_a_folder_of_its_own(tmp_path):
     """Over TCP the manager picks ports that the kernel binds a moment later; one taken in
     between by another process kills the kernel at its start. A chapter's kernel binds no TCP

@@ -98,6 +98,13 @@ def execute_chapter(notebook, output, profile, device=None):
             f"{chapter}: the kernel died during {stopped_cell(output)} (it was "
             f"killed, or ran out of memory)"
         ) from None
+    except RuntimeError as error:  # jupyter_client's, from its wait for the kernel
+        if not str(error).startswith("Kernel died before replying"):
+            raise
+        raise BuildError(
+            f"{chapter}: the kernel died as it started, before running any cell (its own "
+            f"error, if it printed one, is in the build's standard error above)"
+        ) from None
     except KeyboardInterrupt as interrupt:
         _kill_kernels()
         with warnings.catch_warnings():  # nbclient's kernel cleanup, cut short, is moot now

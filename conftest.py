@@ -32,7 +32,8 @@ class UnixSocketKernelManager(nbval.kernel.KernelManager):
 
     @default("ip")
     def _default_ip(self):
-        return str(Path(tempfile.gettempdir()) / f"nbval-kernel-{uuid.uuid4().hex}")
+        # short: a socket's path has ~100 bytes
+        return str(Path(tempfile.gettempdir()) / f"nbval-{uuid.uuid4().hex[:12]}")
 
 
 nbval.kernel.KernelManager = UnixSocketKernelManager

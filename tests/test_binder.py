@@ -151,6 +151,7 @@ def server(binder):
     server_log = repo.parent / "jupyter-server.log"
     # The server picks its own free port (--port=0) and writes it in its runtime folder: a port
     # found free here could be taken by another process before the server, seconds later, binds it.
+    # (The server too frees the port it found before listening on it, but for milliseconds.)
     runtime = repo.parent / "jupyter-runtime"
     shutil.rmtree(runtime, ignore_errors=True)
     # A Jupyter config folder of its own, as a fresh Binder session has: JupyterLab keeps its
@@ -181,7 +182,7 @@ def server(binder):
     deadline = time.monotonic() + START_TIMEOUT_S
     while True:
         try:
-            info = next(runtime.glob("jpserver-*.json"))  # written once the server listens
+            info = next(runtime.glob("jpserver-*.json"))  # written once it has its port
             base = f"http://127.0.0.1:{json.loads(info.read_text())['port']}"
             urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=10)
             break

@@ -381,6 +381,7 @@ def test_a_part_made_again_with_the_same_values_keeps_the_run_that_first_made_th
         return held["provenance"].get("first_run")
 
     made = dict(commit=first["provenance"]["commit"], recorded="2026-11-23 10:00 UTC")
+    made.update(uncommitted_changes=False)
     made.update(device="NVIDIA H100 80GB HBM3", wall_time_s=1676.0)
     reworded = {**_row("a", True), "claim": "claim a, in other words", "why": "a reason"}
     assert again([reworded], "fedcba9876543210") == made
@@ -388,8 +389,13 @@ def test_a_part_made_again_with_the_same_values_keeps_the_run_that_first_made_th
     page = reports.paper_comparison(
         {"99_example": [_row("a", True)]}, records.load(tmp_path), {"99_example": "An example"}, {}
     )
-    assert "an earlier run, on NVIDIA H100 80GB HBM3, commit `0123456789`" in page
-    assert "which took 27.9 min" in page and "in 0.1 min" in page
+    assert "identical to those of an earlier run (commit `0123456789`, recorded" in page
+    assert "that run took 27.9 min" in page and "in 0.1 min" in page
+    # a first run no longer than the part's own, or one lacking what says where it ran
+    for wrong in ({**made, "wall_time_s": 8.0}, {**made, "commit": None}, {}):
+        part = records.load(tmp_path)["99_example"]["parts"][0]
+        part["provenance"]["first_run"] = wrong
+        assert records.check(_record(part)), wrong
     # another number, another row, another device type or library: a new run of its own
     assert again([{**_row("a", True), "measured": 0.5}], "1111111111111111") is None
     records.write_parts("99_example", [first], tmp_path)

@@ -113,7 +113,7 @@ ROW_VALUES = (
 )
 # Of a run's provenance, what says when, where and how long the run that made a part's values
 # took (``first_run``).
-FIRST_RUN = ("commit", "recorded", "device", "wall_time_s")
+FIRST_RUN = ("commit", "uncommitted_changes", "recorded", "device", "wall_time_s")
 
 
 def _git(*args, root=REPO_ROOT):
@@ -548,6 +548,18 @@ def check(record):
     return problems
 
 
+def _is_first_run(first, given):
+    """Whether ``first`` is a ``first_run`` for a part whose provenance is ``given``."""
+    return (
+        isinstance(first, dict)
+        and set(first) == set(FIRST_RUN)
+        and all(isinstance(first[key], str) for key in ("commit", "recorded", "device"))
+        and isinstance(first["wall_time_s"], (int, float))
+        and isinstance(given.get("wall_time_s"), (int, float))
+        and first["wall_time_s"] > given["wall_time_s"]
+    )
+
+
 def _check_part(part, chapter, profile):
     problems = []
     given = part.get("provenance")
@@ -559,16 +571,10 @@ def _check_part(part, chapter, profile):
             problems.append("provenance's wall_time_s is not a time in seconds")
         if given.get("device_type") not in ("cpu", "cuda"):
             problems.append(f"provenance's device_type is {given.get('device_type')!r}")
-        first = given.get("first_run", {})
-        if not isinstance(first, dict) or (
-            first
-            and (
-                set(first) != set(FIRST_RUN)
-                or not isinstance(first["wall_time_s"], (int, float))
-                or first["wall_time_s"] < 0
+        if "first_run" in given and not _is_first_run(given["first_run"], given):
+            problems.append(
+                f"provenance's first_run is not the {', '.join(FIRST_RUN)} of a longer run"
             )
-        ):
-            problems.append(f"provenance's first_run is not the {', '.join(FIRST_RUN)} of a run")
     depends = part.get("dependencies")
     if not isinstance(depends, dict) or not {"key", "toycore", "cells"} <= set(depends):
         problems.append("no dependencies (what its numbers depend on)")

@@ -67,7 +67,7 @@ def execute_chapter(notebook, output, profile, device=None):
     # ports and the kernel binds them a moment later, and a port that another process (a second
     # chapter's kernel, a browser's connection) takes in between kills the kernel at its start
     # ("Kernel died before replying to kernel_info").
-    sockets = Path(tempfile.mkdtemp(prefix="toycore-kernel-"))
+    sockets = Path(tempfile.mkdtemp(prefix="tk-"))  # short: a socket's path has ~100 bytes
     try:
         papermill.execute_notebook(
             str(notebook),
@@ -99,12 +99,16 @@ def execute_chapter(notebook, output, profile, device=None):
             f"killed, or ran out of memory)"
         ) from None
     except RuntimeError as error:  # jupyter_client's, from its wait for the kernel
-        if not str(error).startswith("Kernel died before replying"):
-            raise
-        raise BuildError(
-            f"{chapter}: the kernel died as it started, before running any cell (its own "
-            f"error, if it printed one, is in the build's standard error above)"
-        ) from None
+        if str(error).startswith("Kernel died before replying"):
+            raise BuildError(
+                f"{chapter}: the kernel died as it started, before running any cell (its own "
+                f"error, if it printed one, is in the build's standard error above)"
+            ) from None
+        if str(error).startswith("Kernel didn't respond"):
+            raise BuildError(
+                f"{chapter}: the kernel did not answer as it started: {error}"
+            ) from None
+        raise
     except KeyboardInterrupt as interrupt:
         _kill_kernels()
         with warnings.catch_warnings():  # nbclient's kernel cleanup, cut short, is moot now

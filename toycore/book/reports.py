@@ -161,11 +161,12 @@ def paper_comparison(ledgers, recorded, titles, stale):
                     if len(which) < len(run)
                     else ""
                 )
+                changes = " with uncommitted changes" if first["uncommitted_changes"] else ""
                 lines.append(
-                    f" Its values{held} are those of an earlier run, on {first['device']}, "
-                    f"commit `{first['commit'][:10]}`, {first['recorded']}, which took "
-                    f"{first['wall_time_s'] / 60:.1f} min: this one read them from the result "
-                    f"cache or computed the same again."
+                    f" Its values{held} are identical to those of an earlier run (commit "
+                    f"`{first['commit'][:10]}`{changes}, recorded {first['recorded']} on "
+                    f"{first['device']}; that run took {first['wall_time_s'] / 60:.1f} min), so "
+                    f"the time above may be that of reading them from the result cache."
                 )
             for k in run:
                 if stale.get(stem) and stale[stem][k]:

@@ -300,8 +300,8 @@ def _values(rows):
 def _gives_values_of(part, old):
     """Whether ``old`` (a part before ``part``) holds ``part``'s sections, and rows with the
     same values by the same ids, made on the same device type, precision and libraries."""
-    if old["sections"] is not None and (
-        part["sections"] is None or not set(part["sections"]) <= set(old["sections"])
+    if old.get("sections") is not None and (
+        part.get("sections") is None or not set(part["sections"]) <= set(old["sections"])
     ):
         return False
     theirs = {row["id"]: row for row in old["rows"]}
@@ -327,8 +327,8 @@ def carry_first_run(parts, held):
         for old in held:
             if _gives_values_of(part, old):
                 given = old["provenance"]
-                first = given.get("first_run") or {key: given[key] for key in FIRST_RUN}
-                if first["wall_time_s"] > part["provenance"]["wall_time_s"]:
+                first = given.get("first_run") or {key: given.get(key) for key in FIRST_RUN}
+                if _is_first_run(first, part["provenance"]):  # else check() says what is wrong
                     part["provenance"]["first_run"] = first
                 break
     return parts
@@ -341,16 +341,15 @@ def write_parts(chapter, parts, folder=None):
     path = (folder or FOLDER) / f"{chapter}.json"
     profile = parts[0]["rows"][0]["profile"] if parts and parts[0]["rows"] else "paper"
     record = load(folder).get(chapter) or dict(chapter=chapter, profile=profile, parts=[])
-    parts = carry_first_run(parts, record["parts"])
+    held = record["parts"]
     kept = [
-        old
-        for old in record["parts"]
-        if not any(_overlaps(old["sections"], part["sections"]) for part in parts)
+        old for old in held if not any(_overlaps(old["sections"], p["sections"]) for p in parts)
     ]
     record["parts"] = sorted(kept + list(parts), key=lambda p: (p["sections"] or [0])[0])
     problems = check(record)
     if problems:
         raise ValueError(f"not a record of {chapter}: {'; '.join(problems)}")
+    carry_first_run(parts, held)  # on parts known well formed; what it adds, it has checked
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n")
     return path

@@ -73,6 +73,14 @@ def test_a_budgeted_run_stops_at_its_budget_records_what_finished_and_resumes(sc
     assert paper.cell_times(executed, started=time.time() + 60) == []
     # and what its cells printed, for a failed row's diagnosis
     assert "printed by" in log and paper.printed_lines(executed, started=time.time() + 60) == []
+    # each part says what it read from the cache that earlier runs computed: nothing, in these
+    # first runs; made again, the second part reads what the third run computed
+    assert [part["provenance"]["from_cache"]["results"] for part in record["parts"]] == [0, 0]
+    (scratch / "records" / "05_persian_rug.json").unlink()
+    assert run(scratch, 600, PLAN[1:], "fourth")[0].startswith("recorded in")
+    (again,) = records.load(scratch / "records")["05_persian_rug"]["parts"]
+    read = again["provenance"]["from_cache"]
+    assert read["results"] > 0 and read["unknown"] == 0, read
 
 
 def test_the_log_holds_what_a_part_s_cells_printed_and_their_errors(tmp_path):

@@ -1,13 +1,16 @@
 """Scale: the device switch, the cache key, shards on a Dask cluster, resumable sweeps, parallel
 chapters and the paper profile's records. None of it needs a GPU."""
 
+import hashlib
 import json
 import os
+import pickle
 import runpy
 import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 import nbformat
 import numpy as np
@@ -402,6 +405,119 @@ def test_a_part_made_again_with_the_same_values_keeps_the_run_that_first_made_th
     assert again([_row("a", True), _row("b", True)], "2222222222222222") is None
     records.write_parts("99_example", [first], tmp_path)
     assert again([_row("a", True)], "3333333333333333", torch="2.14.0") is None
+
+
+def test_a_part_says_what_its_run_read_from_the_result_cache_and_keeps_it_in_a_first_run(
+    tmp_path,
+):
+    def page():
+        return reports.paper_comparison(
+            {"99_example": [_row("a", True)]},
+            records.load(tmp_path),
+            {"99_example": "An example"},
+            {},
+        )
+
+    read = dict(results=14, computed_s=5880.0, unknown=3)
+    first = _part([_row("a", True)], [3], wall_time_s=12.0, from_cache=read)
+    assert records.check(_record(first)) == []
+    records.write_parts("99_example", [first], tmp_path)
+    assert (
+        "in 0.2 min (one chapter at a time): 1 of 1 reproduces.\n It read 14 results from the "
+        "result cache, which earlier runs took 98.0 min to compute (3 of them with no time "
+        "kept): that time is not in the time above." in page()
+    )
+    # made again from the cache: the first run keeps what it read
+    moved = Dependencies({"toycore.example.g": "89ab"}, DEPENDS.cells)
+    again = _part([_row("a", True)], [3], wall_time_s=2.0, code=moved.key)
+    records.write_parts("99_example", [{**again, "dependencies": moved.to_json()}], tmp_path)
+    (held,) = records.load(tmp_path)["99_example"]["parts"]
+    assert held["provenance"]["first_run"]["from_cache"] == read
+    assert records.check(records.load(tmp_path)["99_example"]) == []
+    records.write_parts(
+        "99_example", [_part([_row("a", True)], [3], from_cache={**read, "unknown": 14})], tmp_path
+    )
+    assert (
+        "It read 14 results from the result cache, computed by earlier runs whose time was "
+        "not kept." in page()
+    )
+    for wrong in (
+        {**read, "unknown": 15},
+        {**read, "results": 2.0},
+        {**read, "computed_s": -1.0},
+        {"results": 1},
+    ):
+        assert (
+            "provenance's from_cache"
+            in records.check(_record(_part([_row("a", True)], from_cache=wrong)))[0]
+        ), wrong
+
+
+@cache.cached
+def _inner(x):
+    time.sleep(0.2)
+    return x + 1
+
+
+@cache.cached
+def _outer(x):
+    time.sleep(0.1)
+    return 2 * _inner(x)
+
+
+@cache.cached
+def _shard_of_inner(x):
+    return _inner(x)
+
+
+def _new_run(monkeypatch, report):
+    """This process as a fresh run's kernel: no results used yet, reporting into ``report``."""
+    monkeypatch.setattr(cache, "_IN_PROGRESS", [cache._Computation()])
+    monkeypatch.setattr(cache, "_REPORTED", [None])
+    monkeypatch.setenv("TOYCORE_CACHE_READS", str(report))
+    monkeypatch.setenv("TOYCORE_RUN_STARTED", repr(time.time()))
+
+
+def test_a_run_says_what_it_read_from_the_cache_and_how_long_computing_it_took(
+    tmp_path, monkeypatch
+):
+    """Each stored result keeps its own computing time (not that of the cached results computed
+    inside it) and what it was made of; a run that reads it later lists it, and all it was made
+    of, once each, as results that earlier runs computed, whether its kernel read them or a
+    shard's worker did; a result this run computed is not among them."""
+    monkeypatch.setenv("TOYCORE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("TOYCORE_SCHEDULER", raising=False)
+    report = tmp_path / "reads.json"
+    _new_run(monkeypatch, report)
+    began = time.perf_counter()
+    assert _outer(1) == 4
+    took = time.perf_counter() - began
+    assert cache.earlier_results(report) == dict(results=0, computed_s=0.0, unknown=0)
+    outer = cache._load(cache.result_file(_outer.uncached, (1,), {}))
+    inner = cache._load(cache.result_file(_inner.uncached, (1,), {}))
+    assert outer.result == 4 and inner.result == 2
+    assert inner.seconds >= 0.2 and outer.seconds >= 0.1
+    assert inner.seconds + outer.seconds <= took  # each second counted once
+    assert list(outer.made_of) == [str(cache.result_file(_inner.uncached, (1,), {}))]
+
+    _new_run(monkeypatch, report)
+    assert _outer(1) == 4 and _inner(1) == 2  # the inner one twice: counted once
+    assert cache.earlier_results(report) == dict(
+        results=2, computed_s=round(outer.seconds + inner.seconds, 1), unknown=0
+    )
+    # a shard computed in this run, from a result an earlier run computed
+    _new_run(monkeypatch, report)
+    assert shards.run(_shard_of_inner, [((1,), {})]) == [2]
+    assert cache.earlier_results(report)["results"] == 1
+    # a result stored before the cache kept times: counted, its time unknown
+    old = cache.result_file(_inner.uncached, (7,), {})
+    old.parent.mkdir(parents=True, exist_ok=True)
+    payload = pickle.dumps(8)
+    old.write_bytes(hashlib.sha256(payload).hexdigest().encode() + b"\n" + payload)
+    _new_run(monkeypatch, report)
+    assert _inner(7) == 8
+    assert cache.earlier_results(report) == dict(results=1, computed_s=0.0, unknown=1)
+    assert cache.earlier_results(tmp_path / "none.json")["results"] == 0
 
 
 def test_every_record_is_current_or_says_what_changed():

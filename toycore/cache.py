@@ -21,8 +21,13 @@ no key.
 
 Each result is one file that starts with the sha256 of the rest; a result whose bytes do not
 match (altered, truncated) is computed again, with one line on the process's standard error
-(in a Jupyter kernel: the build's log, never the page). A lock file per result makes processes
-that share the cache compute each result once: the second waits and then loads it.
+(in a Jupyter kernel: the build's log, never the page). Beside the result, the file keeps how
+long computing it took and when it finished, and the same for every cached result it was made
+of (``Stored``), so that a run which reads results from the cache can say how long computing
+them took (``$TOYCORE_CACHE_READS``, ``earlier_results``): a paper record made again from the
+cache in seconds then says that its values took an earlier run hours. A lock file per result
+makes processes that share the cache compute each result once: the second waits and then loads
+it.
 
 ``$TOYCORE_CACHE`` moves the cache (default ``<build>/cache``); it may be a shared filesystem.
 ``python -m toycore.cache --prune`` (``make clean-cache``) removes the folders that no current
@@ -31,16 +36,19 @@ code, device type and library versions can use.
 
 import argparse
 import contextlib
+import dataclasses
 import fcntl
 import functools
 import hashlib
 import importlib
 import inspect
+import json
 import os
 import pickle
 import shutil
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import joblib
@@ -228,12 +236,27 @@ def _say(line):
 MISSING = object()  # what _load returns for no usable result (a result may be None)
 
 
+@dataclasses.dataclass
+class Stored:
+    """What a result's file holds: the result; ``seconds``, how long computing it took, less
+    the time spent computing other cached results inside it (None for a file written before
+    this was kept); ``finished``, when it was stored (``time.time()``); and ``made_of``, every
+    cached result read or computed while computing it, at any depth, as ``{file: (seconds,
+    finished)}``. So each result's time is counted once, under its own file."""
+
+    result: object
+    seconds: float | None
+    finished: float
+    made_of: dict
+
+
 def _load(path, quiet=False):
-    """The result stored in ``path``, or MISSING when there is none or it is damaged (said,
+    """The ``Stored`` in ``path``, or MISSING when there is none or it is damaged (said,
     unless ``quiet``, in one line on the process's own standard error, which a kernel's page
     never shows)."""
     try:
         stored = path.read_bytes()
+        finished = path.stat().st_mtime
     except FileNotFoundError:
         return MISSING
     checksum, _, payload = stored.partition(b"\n")
@@ -244,12 +267,15 @@ def _load(path, quiet=False):
                 f"it again"
             )
         return MISSING
-    return pickle.loads(payload)
+    stored = pickle.loads(payload)
+    if not isinstance(stored, Stored):  # the bare result, as files held it before timings
+        stored = Stored(stored, None, finished, {})
+    return stored
 
 
-def _store(path, result):
+def _store(path, stored):
     """Write atomically: readers see the whole file or none."""
-    payload = pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL)
+    payload = pickle.dumps(stored, protocol=pickle.HIGHEST_PROTOCOL)
     with tempfile.NamedTemporaryFile(dir=path.parent, prefix=".", delete=False) as part:
         try:
             part.write(hashlib.sha256(payload).hexdigest().encode() + b"\n" + payload)
@@ -258,6 +284,81 @@ def _store(path, result):
         except BaseException:
             os.unlink(part.name)
             raise
+
+
+@dataclasses.dataclass(eq=False)  # told apart by identity: two fresh ones are alike
+class _Computation:
+    """A computation in progress: the cached results it used so far (``Stored.made_of``) and
+    the seconds spent computing cached results inside it."""
+
+    used: dict = dataclasses.field(default_factory=dict)
+    inner_seconds: float = 0.0
+
+
+# This process's computations in progress, innermost last; the first is the process's own, whose
+# results it reports ($TOYCORE_CACHE_READS).
+_IN_PROGRESS = [_Computation()]
+_REPORTED = [None]  # the last report written, to write only what changes it
+
+
+def _use(path, stored):
+    """Note that the computation in progress used ``stored`` (read from ``path``, or just
+    computed), and so everything it was made of."""
+    note_used({str(path): (stored.seconds, stored.finished), **stored.made_of})
+
+
+def note_used(used):
+    """Add ``used`` (``{file: (seconds, finished)}``) to the computation in progress: results
+    that another process (a shard's worker) used for it."""
+    _IN_PROGRESS[-1].used.update(used)
+    if len(_IN_PROGRESS) == 1:
+        _report()
+
+
+@contextlib.contextmanager
+def recording():
+    """The cached results used inside the block, as ``{file: (seconds, finished)}``, apart
+    from the process's own (a shard's worker hands them back to its caller)."""
+    computation = _Computation()
+    _IN_PROGRESS.append(computation)
+    try:
+        yield computation.used
+    finally:
+        _IN_PROGRESS.remove(computation)
+
+
+def _report():
+    """Write, where ``$TOYCORE_CACHE_READS`` names a file, the results this process used that
+    were stored before ``$TOYCORE_RUN_STARTED`` (a time.time()): what this run read from the
+    cache rather than computed, ``{"results": {file: seconds or null}}``."""
+    target, started = (os.environ.get(k) for k in ("TOYCORE_CACHE_READS", "TOYCORE_RUN_STARTED"))
+    if not target or not started:
+        return
+    earlier = {
+        file: seconds
+        for file, (seconds, finished) in _IN_PROGRESS[0].used.items()
+        if finished < float(started)
+    }
+    if earlier != _REPORTED[0]:
+        target = Path(target)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        part = target.with_name(f".{target.name}.{os.getpid()}")
+        part.write_text(json.dumps({"results": earlier}))
+        os.replace(part, target)
+        _REPORTED[0] = earlier
+
+
+def earlier_results(report):
+    """From a run's ``$TOYCORE_CACHE_READS`` file (``report``; none: the run read no earlier
+    result), what it read from the cache that earlier runs computed: ``{"results": count,
+    "computed_s": their computing time where known, "unknown": how many of them have no time
+    kept}``."""
+    report = Path(report)
+    seconds = list(json.loads(report.read_text())["results"].values()) if report.exists() else []
+    known = [s for s in seconds if s is not None]
+    return dict(
+        results=len(seconds), computed_s=round(sum(known), 1), unknown=len(seconds) - len(known)
+    )
 
 
 @contextlib.contextmanager
@@ -296,15 +397,30 @@ def call(func, args=(), kwargs=None, root=None, device=None):
     check_arguments(func, args, kwargs)
     check_source_unchanged(func)
     path = result_file(func, args, kwargs, root, device)
-    result = _load(path, quiet=True)  # a stored result is read without waiting for a lock
-    if result is not MISSING:
-        return result
-    with _locked(path):
-        result = _load(path)  # another process may have computed it while we waited
-        if result is MISSING:
-            result = func(*args, **kwargs)
-            _store(path, result)
-    return result
+    stored = _load(path, quiet=True)  # a stored result is read without waiting for a lock
+    if stored is MISSING:
+        with _locked(path):
+            stored = _load(path)  # another process may have computed it while we waited
+            if stored is MISSING:
+                stored = _compute(func, args, kwargs)
+                _store(path, stored)
+    _use(path, stored)
+    return stored.result
+
+
+def _compute(func, args, kwargs):
+    """``func(*args, **kwargs)`` as a ``Stored``, timed."""
+    inside = _Computation()
+    _IN_PROGRESS.append(inside)
+    began = time.perf_counter()
+    try:
+        result = func(*args, **kwargs)
+    finally:
+        _IN_PROGRESS.remove(inside)
+    took = time.perf_counter() - began
+    _IN_PROGRESS[-1].inner_seconds += took
+    # the cached results computed inside have times of their own
+    return Stored(result, max(0.0, took - inside.inner_seconds), time.time(), inside.used)
 
 
 CACHED = []  # every @cached function this process defined (the plain ones), for prune

@@ -112,7 +112,7 @@ ROW_VALUES = (
     "profile",
 )
 # Of a run's provenance, what says when, where and how long the run that made a part's values
-# took (``first_run``).
+# took (``first_run``), with what it read from the result cache (``from_cache``) where it says.
 FIRST_RUN = ("commit", "uncommitted_changes", "recorded", "device", "wall_time_s")
 
 
@@ -191,9 +191,10 @@ def stale_parts(recorded):
     }
 
 
-def provenance(chapter, device, wall_time_s, chapters_at_once, code):
+def provenance(chapter, device, wall_time_s, chapters_at_once, code, from_cache=None):
     """Where, when and with what ``chapter`` ran: a dict with the keys of PROVENANCE; ``code``:
-    the key of its Dependencies."""
+    the key of its Dependencies; ``from_cache``: what the run read from the result cache that
+    earlier runs computed (``cache.earlier_results``), which its wall time does not include."""
     device = devices.resolve(device)
     changes = _git("status", "--porcelain", "--", "toycore", "chapters")
     return dict(
@@ -210,6 +211,7 @@ def provenance(chapter, device, wall_time_s, chapters_at_once, code):
         wall_time_s=round(float(wall_time_s), 1),
         chapters_at_once=int(chapters_at_once),
         recorded=_now(),
+        **({"from_cache": from_cache} if from_cache is not None else {}),
     )
 
 
@@ -327,7 +329,9 @@ def carry_first_run(parts, held):
         for old in held:
             if _gives_values_of(part, old):
                 given = old["provenance"]
-                first = given.get("first_run") or {key: given.get(key) for key in FIRST_RUN}
+                first = given.get("first_run") or {
+                    key: given[key] for key in (*FIRST_RUN, "from_cache") if key in given
+                }
                 if _is_first_run(first, part["provenance"]):  # else check() says what is wrong
                     part["provenance"]["first_run"] = first
                 break
@@ -547,11 +551,24 @@ def check(record):
     return problems
 
 
+def _is_from_cache(read):
+    """Whether ``read`` is a ``from_cache`` (``cache.earlier_results``)."""
+    return (
+        isinstance(read, dict)
+        and set(read) == {"results", "computed_s", "unknown"}
+        and all(type(read[key]) is int for key in ("results", "unknown"))
+        and 0 <= read["unknown"] <= read["results"]
+        and isinstance(read["computed_s"], (int, float))
+        and read["computed_s"] >= 0
+    )
+
+
 def _is_first_run(first, given):
     """Whether ``first`` is a ``first_run`` for a part whose provenance is ``given``."""
     return (
         isinstance(first, dict)
-        and set(first) == set(FIRST_RUN)
+        and set(first) - {"from_cache"} == set(FIRST_RUN)
+        and ("from_cache" not in first or _is_from_cache(first["from_cache"]))
         and all(isinstance(first[key], str) for key in ("commit", "recorded", "device"))
         and isinstance(first["wall_time_s"], (int, float))
         and isinstance(given.get("wall_time_s"), (int, float))
@@ -570,6 +587,11 @@ def _check_part(part, chapter, profile):
             problems.append("provenance's wall_time_s is not a time in seconds")
         if given.get("device_type") not in ("cpu", "cuda"):
             problems.append(f"provenance's device_type is {given.get('device_type')!r}")
+        if "from_cache" in given and not _is_from_cache(given["from_cache"]):
+            problems.append(
+                "provenance's from_cache is not a count of results, their computing time and "
+                "how many lack one"
+            )
         if "first_run" in given and not _is_first_run(given["first_run"], given):
             problems.append(
                 f"provenance's first_run is not the {', '.join(FIRST_RUN)} of a longer run"

@@ -82,7 +82,9 @@ def _client(address):
 
 def _compute(shard, root, device, key, args, kwargs):
     """Run on whichever process computes the shard: there, with the caller's device and cache.
-    ``key``: the caller's cache key, which a Dask worker must share (None: in-process)."""
+    ``key``: the caller's cache key, which a Dask worker must share (None: in-process).
+    Returns the result and the cached results it used (``cache.recording``), for the caller's
+    account of what its run read from the cache."""
     devices.use(device)
     here = key and cache.cache_key(shard.uncached, device)
     if here != key:
@@ -91,7 +93,9 @@ def _compute(shard, root, device, key, args, kwargs):
             f"caller's (cache key {here}, the caller's {key}): install the same "
             f"commit and pins on every worker"
         )
-    return cache.call(shard.uncached, args, kwargs, root, device)
+    with cache.recording() as used:
+        result = cache.call(shard.uncached, args, kwargs, root, device)
+    return result, used
 
 
 def run(shard, calls, desc="shards"):
@@ -118,8 +122,9 @@ def run(shard, calls, desc="shards"):
         _client(address)
     with parallel_config(backend="dask" if address else "sequential"):
         outputs = Parallel(n_jobs=-1 if address else 1, return_as="generator")(jobs)
-        for k, output in zip(missing, outputs):
-            results[k] = output
+        for k, (result, used) in zip(missing, outputs):
+            results[k] = result
+            cache.note_used(used)
             bar.update(1)
     bar.close()
     return results

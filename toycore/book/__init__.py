@@ -42,7 +42,7 @@ import sys
 from pathlib import Path
 
 from .. import devices, offline, records
-from ..cache import PACKAGE
+from ..cache import PACKAGE, earlier_results
 from ..claims import load_corrections, load_ledgers
 from ..dependencies import Code, changes, parse_sections
 from ..paths import REPO_ROOT
@@ -59,7 +59,7 @@ from .config import (
     set_repository,
     shown,
 )
-from .execute import BuildError, check_jobs, execute_all
+from .execute import BuildError, cache_reads_file, check_jobs, execute_all
 from .reports import (
     FINDINGS_MARKER,
     LEDGER_MARKER,
@@ -179,7 +179,10 @@ def build(
                         f"{notebook.stem} was not recorded: the code it depends on changed "
                         f"while it ran ({', '.join(changes(before[notebook.stem], now))})"
                     )
-                given = records.provenance(notebook.stem, device, seconds, at_once, now.key)
+                read = earlier_results(cache_reads_file(build_dir, notebook.stem))
+                given = records.provenance(
+                    notebook.stem, device, seconds, at_once, now.key, from_cache=read
+                )
                 # one part per section, each with what its own section depends on
                 parts = records.section_parts(
                     notebook.stem, rows, given, sections, Code.from_folder(PACKAGE)

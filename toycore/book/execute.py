@@ -30,6 +30,7 @@ from traitlets.config import Config
 from .. import devices, records, shards
 from ..cache import EXECUTED, PACKAGE, cache_root
 from ..claims import ledger_files
+from ..paths import build_dir
 from ..profiles import resolve_profile
 from .config import shown
 
@@ -58,30 +59,41 @@ class BuildInterrupted(RuntimeError):
     """Ctrl-C during a build; the message says where it stopped."""
 
 
+def cache_reads_file(build, chapter):
+    """Where ``chapter``'s kernel, in the build folder ``build``, lists the results it read
+    from the cache that earlier runs computed (``cache.earlier_results`` reads it)."""
+    return Path(build) / "cache-reads" / f"{chapter}.json"
+
+
 def execute_chapter(notebook, output, profile, device=None):
     """Run one chapter with papermill; a failing or timed-out cell, or a kernel that dies,
-    raises BuildError naming the chapter and the cell, and Ctrl-C BuildInterrupted."""
+    raises BuildError naming the chapter and the cell, and Ctrl-C BuildInterrupted. The kernel
+    lists the results it reads from the cache that earlier runs computed in
+    ``cache_reads_file``."""
     timeout = CELL_TIMEOUT_S[resolve_profile(profile)]
     chapter = shown(notebook)
+    reads = cache_reads_file(build_dir(), notebook.stem)
+    reads.unlink(missing_ok=True)  # an earlier run's list must not pass for this one's
     # The kernel talks over Unix sockets in a folder of its own. Over TCP the manager picks free
     # ports and the kernel binds them a moment later, and a port that another process (a second
     # chapter's kernel, a browser's connection) takes in between kills the kernel at its start
     # ("Kernel died before replying to kernel_info").
     sockets = Path(tempfile.mkdtemp(prefix="tk-"))  # short: a socket's path has ~100 bytes
     try:
-        papermill.execute_notebook(
-            str(notebook),
-            str(output),
-            parameters={"profile": profile, "device": device},
-            kernel_name="python3",
-            cwd=str(notebook.parent),
-            progress_bar=False,
-            execution_timeout=timeout,
-            # Killed when done: a kernel asked to shut down while its
-            # cell runs (Ctrl-C) prints a traceback of its own.
-            shutdown_kernel="immediate",
-            config=Config(KernelManager=dict(transport="ipc", ip=str(sockets / "kernel"))),
-        )
+        with environment(TOYCORE_CACHE_READS=str(reads), TOYCORE_RUN_STARTED=repr(time.time())):
+            papermill.execute_notebook(
+                str(notebook),
+                str(output),
+                parameters={"profile": profile, "device": device},
+                kernel_name="python3",
+                cwd=str(notebook.parent),
+                progress_bar=False,
+                execution_timeout=timeout,
+                # Killed when done: a kernel asked to shut down while its
+                # cell runs (Ctrl-C) prints a traceback of its own.
+                shutdown_kernel="immediate",
+                config=Config(KernelManager=dict(transport="ipc", ip=str(sockets / "kernel"))),
+            )
     except CellTimeoutError as error:
         raise BuildError(
             f"{chapter}: a cell ran past the {profile} profile's {timeout} s limit.\n{error}"

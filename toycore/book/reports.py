@@ -115,6 +115,19 @@ def _reproduce(held, tested):
     return f"{held} of {tested} " + ("reproduces" if held == 1 else "reproduce")
 
 
+def _from_cache_sentence(read):
+    """What a run read from the result cache (``from_cache``), in words."""
+    count = read["results"]
+    said = f"It read {count} result{'s' if count > 1 else ''} from the result cache"
+    if read["unknown"] == count:
+        return f"{said}, computed by earlier runs whose time was not kept."
+    unknown = f" ({read['unknown']} of them with no time kept)" if read["unknown"] else ""
+    return (
+        f"{said}, which earlier runs took {read['computed_s'] / 60:.1f} min to "
+        f"compute{unknown}: that time is not in the time above."
+    )
+
+
 def paper_comparison(ledgers, recorded, titles, stale):
     """The intro's claim-by-claim table: this build's verdict beside the paper profile's
     recorded one, with where and when each part of the record was made. ``recorded``:
@@ -149,6 +162,9 @@ def paper_comparison(ledgers, recorded, titles, stale):
                     else "."
                 )
             )
+            read = given.get("from_cache")
+            if read and read["results"]:
+                lines.append(" " + _from_cache_sentence(read))
             firsts = {}  # each earlier run that first computed values of this run's parts
             for k in run:
                 first = parts[k]["provenance"].get("first_run")

@@ -107,6 +107,29 @@ def test_sparsification_goes_through_the_three_phases(hidden, l1):
     assert 0.3 < l1 * run.time[np.argmax(run.nonzero == 1)] < 3
 
 
+def test_the_law_at_several_sizes_measures_each_seed_s_own_run(tmp_path, monkeypatch):
+    monkeypatch.setenv("TOYCORE_CACHE", str(tmp_path))
+    hiddens, l1, dt = [400, 1600], 1e-3, 0.5
+    sizes = ex.law_at_sizes.uncached(hiddens, l1, range(3), dt=dt)
+    # by hand, for the larger m: r = |w|_1 (1/√m + λt) on each seed's run, up to t = 1/λ
+    runs = [
+        ex.simulate_sparsification(ex.initial_encoding(1600, s), l1, dt, int(1 / (l1 * dt)))
+        for s in range(3)
+    ]
+    t = runs[0].time
+    r = np.array([run.l1_norm * (1600**-0.5 + l1 * t) for run in runs])
+    start = np.searchsorted(t, 1 / (l1 * 1600**0.5))
+    assert sizes.start_spread[-1] == pytest.approx(np.log(r[:, start]).std(ddof=1))
+    whole = (t >= 1 / (l1 * 40)) & (t <= 1 / l1)
+    assert sizes.extreme[-1] == pytest.approx(np.maximum(r, 1 / r)[:, whole].max())
+    assert sizes.seeds == 3 and sizes.late_survivors.shape == (2,)
+    # two spreads of one normal law, 8 samples each: F(0.975; 7, 7) = 4.99
+    assert np.exp(2 * ex.spread_ratio_tolerance(8)) == pytest.approx(4.99, abs=0.01)
+    with pytest.raises(ValueError, match="at least 2 seeds"):
+        ex.law_at_sizes(hiddens, l1, [0], dt=dt)
+    assert not list(tmp_path.rglob("*.pkl"))  # refused before anything was computed
+
+
 def test_relative_variance_bounds_and_percentiles():
     w = np.array([4.0, 3.0, 2.0, 1.0])
     lower, upper = th.relative_variance_bounds(w)

@@ -120,6 +120,7 @@ RELU = dict(
 POLYSEMANTIC = dict(
     ci=dict(
         ode_seeds=range(2),  # seeds of the one-encoding ODE of Figure 2
+        size_seeds=range(8),  # seeds of the same ODE at m = 10⁴, 10⁵ and 10⁶ (Appendix B)
         # gradient descent standing in for the gradient flow: the threshold and the overlaps
         flow=dict(n=32, m=128, seeds=range(4), l1=0.01, steps=4000, lr=0.05),
         law=dict(n=64, ms=[64, 128, 256], seeds=range(8)),  # Figure 3's sweep over m
@@ -132,6 +133,7 @@ POLYSEMANTIC = dict(
     ),
     cpu=dict(
         ode_seeds=range(4),
+        size_seeds=range(8),
         flow=dict(n=64, m=256, seeds=range(16), l1=0.01, steps=4000, lr=0.05),
         law=dict(n=64, ms=[64, 128, 256, 512, 1024], seeds=range(16)),
         split=dict(seeds=range(16), steps=10000, per_model=16),
@@ -141,6 +143,7 @@ POLYSEMANTIC = dict(
     ),
     paper=dict(
         ode_seeds=range(8),
+        size_seeds=range(16),
         flow=dict(n=128, m=512, seeds=range(16), l1=0.01, steps=4000, lr=0.05),
         # the authors' collisions.py: m from 256 to 4096 in steps of 256, sixteen sizes
         law=dict(n=256, ms=list(range(256, 4097, 256)), seeds=range(16)),

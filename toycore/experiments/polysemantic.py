@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from scipy import stats
 from torch import nn
 
 from .. import shards
@@ -217,6 +218,63 @@ def middle_relative_variance(result):
         for run in result.runs
     ]
     return min(v.min() for v in middle), max(v.max() for v in middle)
+
+
+# Appendix B's law at more than Figure 2's size: m = 10⁴, 10⁵ (Figure 2's) and 10⁶
+LAW_SIZES = (10**4, 10**5, 10**6)
+LATE = 0.1  # λt late in the middle phase, where about 1/(λt)² ≈ 100 weights are left at any m
+
+
+@dataclass(frozen=True)
+class LawAtSizes:
+    """Appendix B's |w|_1 = 1/Θ(1/√m + λt) "with high probability in m", at several m: the
+    ratio r = |w|_1 (1/√m + λt) (the law with constants 1 gives r = 1) on each seed's run."""
+
+    hiddens: np.ndarray  # (sizes,) m
+    seeds: int
+    extreme: np.ndarray  # (sizes,) largest max(r, 1/r) over seeds and [1/(λ√m), 1/λ]
+    start_spread: np.ndarray  # (sizes,) the seeds' sd of log r at t = 1/(λ√m)
+    late_spread: np.ndarray  # (sizes,) the seeds' sd of log r at λt = LATE
+    late_survivors: np.ndarray  # (sizes,) the survivors m' there, mean over seeds
+
+
+@cached
+def law_at_sizes(hiddens, l1, seeds, *, dt):
+    """Figure 2's simulation at each m of ``hiddens`` for each seed, up to t = 1/λ, measured as
+    ``LawAtSizes`` says."""
+    seeds = check_seeds(seeds)
+    if len(seeds) < 2:
+        raise ValueError(f"a spread over seeds needs at least 2 seeds; got {len(seeds)}")
+    for hidden in hiddens:
+        check_size("hidden", hidden)
+    check_range("l1", l1, 0, low_open=True)
+    steps = int(np.ceil(1 / (l1 * dt)))  # to the end of the middle phase, t = 1/λ
+    out = {key: [] for key in ("extreme", "start", "late", "survivors")}
+    for hidden in hiddens:
+        runs = [simulate_sparsification(initial_encoding(hidden, s), l1, dt, steps) for s in seeds]
+        t = runs[0].time
+        log_r = np.log([run.l1_norm * (hidden**-0.5 + l1 * t) for run in runs])  # (seeds, steps)
+        whole = middle_phase(t, hidden, l1, start=1, stop=1)
+        out["extreme"].append(np.abs(log_r[:, whole]).max())
+        start, late = np.searchsorted(t, [1 / (l1 * hidden**0.5), LATE / l1])
+        out["start"].append(log_r[:, start].std(ddof=1))
+        out["late"].append(log_r[:, late].std(ddof=1))
+        out["survivors"].append(np.mean([run.nonzero[late] for run in runs]))
+    return LawAtSizes(
+        hiddens=np.array(hiddens),
+        seeds=len(seeds),
+        extreme=np.exp(out["extreme"]),
+        start_spread=np.array(out["start"]),
+        late_spread=np.array(out["late"]),
+        late_survivors=np.array(out["survivors"]),
+    )
+
+
+def spread_ratio_tolerance(seeds, confidence=0.95):
+    """How far apart, as |log| of their ratio, two standard deviations each from ``seeds``
+    samples of the same normal law fall with probability ``confidence``: the F test's
+    two-sided interval, sqrt of F(1 - (1 - confidence)/2; seeds - 1, seeds - 1)."""
+    return 0.5 * np.log(stats.f.ppf(1 - (1 - confidence) / 2, seeds - 1, seeds - 1))
 
 
 @dataclass(frozen=True)

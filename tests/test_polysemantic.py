@@ -107,27 +107,39 @@ def test_sparsification_goes_through_the_three_phases(hidden, l1):
     assert 0.3 < l1 * run.time[np.argmax(run.nonzero == 1)] < 3
 
 
-def test_the_law_at_several_sizes_measures_each_seed_s_own_run(tmp_path, monkeypatch):
-    monkeypatch.setenv("TOYCORE_CACHE", str(tmp_path))
+def test_the_law_at_several_sizes_measures_each_seed_s_own_run(monkeypatch):
     hiddens, l1, dt = [400, 1600], 1e-3, 0.5
     sizes = ex.law_at_sizes.uncached(hiddens, l1, range(3), dt=dt)
-    # by hand, for the larger m: r = |w|_1 (1/√m + λt) on each seed's run, up to t = 1/λ
+    # by hand, for the larger m (its own seeds 3, 4, 5): r = |w|_1 (1/√m + λt) on each seed's
+    # run, up to t = 1/λ
+    assert ex.size_seeds(range(3), 1) == [3, 4, 5]
     runs = [
         ex.simulate_sparsification(ex.initial_encoding(1600, s), l1, dt, int(1 / (l1 * dt)))
-        for s in range(3)
+        for s in (3, 4, 5)
     ]
     t = runs[0].time
     r = np.array([run.l1_norm * (1600**-0.5 + l1 * t) for run in runs])
-    start = np.searchsorted(t, 1 / (l1 * 1600**0.5))
+    start, late = np.searchsorted(t, [1 / (l1 * 40), 0.1 / l1])
     assert sizes.start_spread[-1] == pytest.approx(np.log(r[:, start]).std(ddof=1))
+    assert sizes.late_spread[-1] == pytest.approx(np.log(r[:, late]).std(ddof=1))
+    assert sizes.late_survivors[-1] == np.mean([run.nonzero[late] for run in runs])
+    assert sizes.start_share[-1] == np.mean([run.nonzero[start] for run in runs]) / 1600
     whole = (t >= 1 / (l1 * 40)) & (t <= 1 / l1)
     assert sizes.extreme[-1] == pytest.approx(np.maximum(r, 1 / r)[:, whole].max())
-    assert sizes.seeds == 3 and sizes.late_survivors.shape == (2,)
+    assert sizes.seeds == 3
     # two spreads of one normal law, 8 samples each: F(0.975; 7, 7) = 4.99
     assert np.exp(2 * ex.spread_ratio_tolerance(8)) == pytest.approx(4.99, abs=0.01)
-    with pytest.raises(ValueError, match="at least 2 seeds"):
-        ex.law_at_sizes(hiddens, l1, [0], dt=dt)
-    assert not list(tmp_path.rglob("*.pkl"))  # refused before anything was computed
+    # bad input is refused before any simulation runs
+    monkeypatch.setattr(ex, "simulate_sparsification", None)
+    for bad, message in (
+        (dict(seeds=[0]), "at least 2 seeds and 2 sizes"),
+        (dict(hiddens=[400]), "at least 2 seeds and 2 sizes"),
+        (dict(hiddens=[50, 400]), "hidden must be an integer >= 100"),
+        (dict(dt=0.0), "dt must be"),
+    ):
+        given = dict(hiddens=hiddens, l1=l1, seeds=range(3), dt=dt) | bad
+        with pytest.raises(ValueError, match=message):
+            ex.law_at_sizes.uncached(**given)
 
 
 def test_relative_variance_bounds_and_percentiles():

@@ -433,6 +433,7 @@ def test_a_part_says_what_its_run_read_from_the_result_cache_and_keeps_it_in_a_f
     records.write_parts("99_example", [{**again, "dependencies": moved.to_json()}], tmp_path)
     (held,) = records.load(tmp_path)["99_example"]["parts"]
     assert held["provenance"]["first_run"]["from_cache"] == read
+    assert "that run took 0.2 min and read 14 results from the result cache)" in page()
     assert records.check(records.load(tmp_path)["99_example"]) == []
     records.write_parts(
         "99_example", [_part([_row("a", True)], [3], from_cache={**read, "unknown": 14})], tmp_path
@@ -493,12 +494,14 @@ def test_a_run_says_what_it_read_from_the_cache_and_how_long_computing_it_took(
     assert _outer(1) == 4
     took = time.perf_counter() - began
     assert cache.earlier_results(report) == dict(results=0, computed_s=0.0, unknown=0)
-    outer = cache._load(cache.result_file(_outer.uncached, (1,), {}))
-    inner = cache._load(cache.result_file(_inner.uncached, (1,), {}))
-    assert outer.result == 4 and inner.result == 2
+    outer_file = cache.result_file(_outer.uncached, (1,), {})
+    inner_file = cache.result_file(_inner.uncached, (1,), {})
+    assert cache._load(outer_file) == 4 and cache._load(inner_file) == 2  # as they always were
+    outer, inner = cache._timing(outer_file), cache._timing(inner_file)
     assert inner.seconds >= 0.2 and outer.seconds >= 0.1
     assert inner.seconds + outer.seconds <= took  # each second counted once
-    assert list(outer.made_of) == [str(cache.result_file(_inner.uncached, (1,), {}))]
+    # named under the cache's root, so a cache moved or restored elsewhere names them alike
+    assert list(outer.made_of) == [str(inner_file.relative_to(tmp_path / "cache"))]
 
     _new_run(monkeypatch, report)
     assert _outer(1) == 4 and _inner(1) == 2  # the inner one twice: counted once
@@ -509,7 +512,7 @@ def test_a_run_says_what_it_read_from_the_cache_and_how_long_computing_it_took(
     _new_run(monkeypatch, report)
     assert shards.run(_shard_of_inner, [((1,), {})]) == [2]
     assert cache.earlier_results(report)["results"] == 1
-    # a result stored before the cache kept times: counted, its time unknown
+    # a result stored before the cache kept times (no file beside it): counted, time unknown
     old = cache.result_file(_inner.uncached, (7,), {})
     old.parent.mkdir(parents=True, exist_ok=True)
     payload = pickle.dumps(8)

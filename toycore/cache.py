@@ -21,9 +21,9 @@ no key.
 
 Each result is one file that starts with the sha256 of the rest; a result whose bytes do not
 match (altered, truncated) is computed again, with one line on the process's standard error
-(in a Jupyter kernel: the build's log, never the page). Beside the result, the file keeps how
-long computing it took and when it finished, and the same for every cached result it was made
-of (``Stored``), so that a run which reads results from the cache can say how long computing
+(in a Jupyter kernel: the build's log, never the page). Beside the result, a small file keeps
+how long computing it took and when it finished, and the same for every cached result it was
+made of (``Timing``), so that a run which reads results from the cache can say how long computing
 them took (``$TOYCORE_CACHE_READS``, ``earlier_results``): a paper record made again from the
 cache in seconds then says that its values took an earlier run hours. A lock file per result
 makes processes that share the cache compute each result once: the second waits and then loads
@@ -236,27 +236,12 @@ def _say(line):
 MISSING = object()  # what _load returns for no usable result (a result may be None)
 
 
-@dataclasses.dataclass
-class Stored:
-    """What a result's file holds: the result; ``seconds``, how long computing it took, less
-    the time spent computing other cached results inside it (None for a file written before
-    this was kept); ``finished``, when it was stored (``time.time()``); and ``made_of``, every
-    cached result read or computed while computing it, at any depth, as ``{file: (seconds,
-    finished)}``. So each result's time is counted once, under its own file."""
-
-    result: object
-    seconds: float | None
-    finished: float
-    made_of: dict
-
-
 def _load(path, quiet=False):
-    """The ``Stored`` in ``path``, or MISSING when there is none or it is damaged (said,
+    """The result stored in ``path``, or MISSING when there is none or it is damaged (said,
     unless ``quiet``, in one line on the process's own standard error, which a kernel's page
     never shows)."""
     try:
         stored = path.read_bytes()
-        finished = path.stat().st_mtime
     except FileNotFoundError:
         return MISSING
     checksum, _, payload = stored.partition(b"\n")
@@ -267,15 +252,12 @@ def _load(path, quiet=False):
                 f"it again"
             )
         return MISSING
-    stored = pickle.loads(payload)
-    if not isinstance(stored, Stored):  # the bare result, as files held it before timings
-        stored = Stored(stored, None, finished, {})
-    return stored
+    return pickle.loads(payload)
 
 
-def _store(path, stored):
+def _store(path, result):
     """Write atomically: readers see the whole file or none."""
-    payload = pickle.dumps(stored, protocol=pickle.HIGHEST_PROTOCOL)
+    payload = pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL)
     with tempfile.NamedTemporaryFile(dir=path.parent, prefix=".", delete=False) as part:
         try:
             part.write(hashlib.sha256(payload).hexdigest().encode() + b"\n" + payload)
@@ -286,10 +268,53 @@ def _store(path, stored):
             raise
 
 
+@dataclasses.dataclass(frozen=True)
+class Timing:
+    """How a stored result was computed, kept beside it (``<result>.json``, so that the result's
+    own file reads as before): ``seconds``, how long computing it took, less the time spent in
+    other cached calls inside it (None where no time was kept: results stored before times
+    were); ``finished``, when it was stored (``time.time()``); ``made_of``, every cached result
+    read or computed while computing it, at any depth, as ``{name: (seconds, finished)}``, named
+    by their path under the cache's root. So each result's time is counted once, under its own
+    name."""
+
+    seconds: float | None
+    finished: float
+    made_of: dict
+
+
+def _timing_file(path):
+    return path.with_suffix(".json")
+
+
+def _timing(path):
+    """The ``Timing`` kept beside the result in ``path``; for a result stored without one (or
+    with a damaged one), no time and the file's own date."""
+    try:
+        kept = json.loads(_timing_file(path).read_text())
+        return Timing(
+            kept["seconds"], kept["finished"], {k: tuple(v) for k, v in kept["made_of"].items()}
+        )
+    except (OSError, ValueError, KeyError, TypeError):
+        return Timing(None, path.stat().st_mtime, {})
+
+
+def _store_timing(path, timing):
+    """Written before the result, so that a result never shows without its time (a time without
+    its result is never read)."""
+    part = path.with_name(f".{path.name}.{os.getpid()}.json")
+    try:
+        part.write_text(json.dumps(dataclasses.asdict(timing)))
+        os.replace(part, _timing_file(path))
+    except BaseException:
+        part.unlink(missing_ok=True)
+        raise
+
+
 @dataclasses.dataclass(eq=False)  # told apart by identity: two fresh ones are alike
 class _Computation:
-    """A computation in progress: the cached results it used so far (``Stored.made_of``) and
-    the seconds spent computing cached results inside it."""
+    """A computation in progress: the cached results it used so far (``Timing.made_of``) and
+    the seconds spent in cached calls inside it."""
 
     used: dict = dataclasses.field(default_factory=dict)
     inner_seconds: float = 0.0
@@ -301,23 +326,19 @@ _IN_PROGRESS = [_Computation()]
 _REPORTED = [None]  # the last report written, to write only what changes it
 
 
-def _use(path, stored):
-    """Note that the computation in progress used ``stored`` (read from ``path``, or just
-    computed), and so everything it was made of."""
-    note_used({str(path): (stored.seconds, stored.finished), **stored.made_of})
-
-
-def note_used(used):
-    """Add ``used`` (``{file: (seconds, finished)}``) to the computation in progress: results
-    that another process (a shard's worker) used for it."""
+def note_used(used, seconds=0.0):
+    """Add ``used`` (``{name: (seconds, finished)}``) to the computation in progress, and
+    ``seconds`` to the time it spent in cached calls: results that another process (a shard's
+    worker) used or computed for it."""
     _IN_PROGRESS[-1].used.update(used)
+    _IN_PROGRESS[-1].inner_seconds += seconds
     if len(_IN_PROGRESS) == 1:
         _report()
 
 
 @contextlib.contextmanager
 def recording():
-    """The cached results used inside the block, as ``{file: (seconds, finished)}``, apart
+    """The cached results used inside the block, as ``{name: (seconds, finished)}``, apart
     from the process's own (a shard's worker hands them back to its caller)."""
     computation = _Computation()
     _IN_PROGRESS.append(computation)
@@ -330,13 +351,13 @@ def recording():
 def _report():
     """Write, where ``$TOYCORE_CACHE_READS`` names a file, the results this process used that
     were stored before ``$TOYCORE_RUN_STARTED`` (a time.time()): what this run read from the
-    cache rather than computed, ``{"results": {file: seconds or null}}``."""
+    cache rather than computed, ``{"results": {name: seconds or null}}``."""
     target, started = (os.environ.get(k) for k in ("TOYCORE_CACHE_READS", "TOYCORE_RUN_STARTED"))
     if not target or not started:
         return
     earlier = {
-        file: seconds
-        for file, (seconds, finished) in _IN_PROGRESS[0].used.items()
+        name: seconds
+        for name, (seconds, finished) in _IN_PROGRESS[0].used.items()
         if finished < float(started)
     }
     if earlier != _REPORTED[0]:
@@ -396,20 +417,28 @@ def call(func, args=(), kwargs=None, root=None, device=None):
     kwargs = kwargs or {}
     check_arguments(func, args, kwargs)
     check_source_unchanged(func)
+    root = Path(root) if root is not None else cache_root()
     path = result_file(func, args, kwargs, root, device)
-    stored = _load(path, quiet=True)  # a stored result is read without waiting for a lock
-    if stored is MISSING:
+    began = time.perf_counter()
+    result = _load(path, quiet=True)  # a stored result is read without waiting for a lock
+    if result is MISSING:
         with _locked(path):
-            stored = _load(path)  # another process may have computed it while we waited
-            if stored is MISSING:
-                stored = _compute(func, args, kwargs)
-                _store(path, stored)
-    _use(path, stored)
-    return stored.result
+            result = _load(path)  # another process may have computed it while we waited
+            if result is MISSING:
+                result, timing = _compute(func, args, kwargs)
+                _store_timing(path, timing)
+                _store(path, result)
+    timing = _timing(path)
+    # the time spent here, computing or waiting, is not the caller's own
+    note_used(
+        {str(path.relative_to(root)): (timing.seconds, timing.finished), **timing.made_of},
+        seconds=time.perf_counter() - began,
+    )
+    return result
 
 
 def _compute(func, args, kwargs):
-    """``func(*args, **kwargs)`` as a ``Stored``, timed."""
+    """``func(*args, **kwargs)`` and its ``Timing``."""
     inside = _Computation()
     _IN_PROGRESS.append(inside)
     began = time.perf_counter()
@@ -418,9 +447,7 @@ def _compute(func, args, kwargs):
     finally:
         _IN_PROGRESS.remove(inside)
     took = time.perf_counter() - began
-    _IN_PROGRESS[-1].inner_seconds += took
-    # the cached results computed inside have times of their own
-    return Stored(result, max(0.0, took - inside.inner_seconds), time.time(), inside.used)
+    return result, Timing(max(0.0, took - inside.inner_seconds), time.time(), inside.used)
 
 
 CACHED = []  # every @cached function this process defined (the plain ones), for prune

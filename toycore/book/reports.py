@@ -178,11 +178,14 @@ def paper_comparison(ledgers, recorded, titles, stale):
                     else ""
                 )
                 changes = " with uncommitted changes" if first["uncommitted_changes"] else ""
+                read = first.get("from_cache", {}).get("results")
+                read = f" and read {read} results from the result cache" if read else ""
                 lines.append(
                     f" Its values{held} are identical to those of an earlier run (commit "
                     f"`{first['commit'][:10]}`{changes}, recorded {first['recorded']} on "
-                    f"{first['device']}; that run took {first['wall_time_s'] / 60:.1f} min), so "
-                    f"the time above may be that of reading them from the result cache."
+                    f"{first['device']}; that run took {first['wall_time_s'] / 60:.1f} "
+                    f"min{read}), so the time above may be that of reading them from the result "
+                    f"cache."
                 )
             for k in run:
                 if stale.get(stem) and stale[stem][k]:

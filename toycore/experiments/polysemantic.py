@@ -222,42 +222,61 @@ def middle_relative_variance(result):
 
 # Appendix B's law at more than Figure 2's size: m = 10⁴, 10⁵ (Figure 2's) and 10⁶
 LAW_SIZES = (10**4, 10**5, 10**6)
-LATE = 0.1  # λt late in the middle phase, where about 1/(λt)² ≈ 100 weights are left at any m
+# λt late in the middle phase: the survivors left there depend on λt alone (m' ∝ 1/(λt)²), not
+# on m; it lies in the middle phase [1/(λ√m), 1/λ] for m ≥ 1/LATE²
+LATE = 0.1
 
 
 @dataclass(frozen=True)
 class LawAtSizes:
     """Appendix B's |w|_1 = 1/Θ(1/√m + λt) "with high probability in m", at several m: the
-    ratio r = |w|_1 (1/√m + λt) (the law with constants 1 gives r = 1) on each seed's run."""
+    ratio r = |w|_1 (1/√m + λt) (the law with constants 1 gives r = 1) on each seed's run,
+    each m from seeds of its own."""
 
     hiddens: np.ndarray  # (sizes,) m
-    seeds: int
+    seeds: int  # runs at each m
     extreme: np.ndarray  # (sizes,) largest max(r, 1/r) over seeds and [1/(λ√m), 1/λ]
     start_spread: np.ndarray  # (sizes,) the seeds' sd of log r at t = 1/(λ√m)
+    start_share: np.ndarray  # (sizes,) the share m'/m of weights left there, mean over seeds
     late_spread: np.ndarray  # (sizes,) the seeds' sd of log r at λt = LATE
     late_survivors: np.ndarray  # (sizes,) the survivors m' there, mean over seeds
 
 
+def size_seeds(seeds, index):
+    """The seeds of the ``index``-th size: ``seeds`` moved past those of the sizes before it,
+    so that no two sizes share a start (``initial_encoding`` at a smaller m would be the first
+    draws of the larger m's)."""
+    return [s + index * (max(seeds) + 1) for s in seeds]
+
+
 @cached
 def law_at_sizes(hiddens, l1, seeds, *, dt):
-    """Figure 2's simulation at each m of ``hiddens`` for each seed, up to t = 1/λ, measured as
-    ``LawAtSizes`` says."""
+    """Figure 2's simulation at each m of ``hiddens`` for each seed (``size_seeds``), up to
+    t = 1/λ, measured as ``LawAtSizes`` says."""
     seeds = check_seeds(seeds)
-    if len(seeds) < 2:
-        raise ValueError(f"a spread over seeds needs at least 2 seeds; got {len(seeds)}")
+    if len(seeds) < 2 or len(hiddens) < 2:
+        raise ValueError(
+            f"a spread over seeds, compared across sizes, needs at least 2 seeds and 2 sizes; "
+            f"got {len(seeds)} seeds and {len(hiddens)} sizes"
+        )
     for hidden in hiddens:
-        check_size("hidden", hidden)
+        check_size("hidden", hidden, minimum=round(LATE**-2))
     check_range("l1", l1, 0, low_open=True)
+    check_range("dt", dt, 0, 1, low_open=True)
     steps = int(np.ceil(1 / (l1 * dt)))  # to the end of the middle phase, t = 1/λ
-    out = {key: [] for key in ("extreme", "start", "late", "survivors")}
-    for hidden in hiddens:
-        runs = [simulate_sparsification(initial_encoding(hidden, s), l1, dt, steps) for s in seeds]
+    out = {key: [] for key in ("extreme", "start", "share", "late", "survivors")}
+    for index, hidden in enumerate(hiddens):
+        runs = [
+            simulate_sparsification(initial_encoding(hidden, s), l1, dt, steps)
+            for s in size_seeds(seeds, index)
+        ]
         t = runs[0].time
         log_r = np.log([run.l1_norm * (hidden**-0.5 + l1 * t) for run in runs])  # (seeds, steps)
         whole = middle_phase(t, hidden, l1, start=1, stop=1)
         out["extreme"].append(np.abs(log_r[:, whole]).max())
         start, late = np.searchsorted(t, [1 / (l1 * hidden**0.5), LATE / l1])
         out["start"].append(log_r[:, start].std(ddof=1))
+        out["share"].append(np.mean([run.nonzero[start] for run in runs]) / hidden)
         out["late"].append(log_r[:, late].std(ddof=1))
         out["survivors"].append(np.mean([run.nonzero[late] for run in runs]))
     return LawAtSizes(
@@ -265,6 +284,7 @@ def law_at_sizes(hiddens, l1, seeds, *, dt):
         seeds=len(seeds),
         extreme=np.exp(out["extreme"]),
         start_spread=np.array(out["start"]),
+        start_share=np.array(out["share"]),
         late_spread=np.array(out["late"]),
         late_survivors=np.array(out["survivors"]),
     )
@@ -272,9 +292,19 @@ def law_at_sizes(hiddens, l1, seeds, *, dt):
 
 def spread_ratio_tolerance(seeds, confidence=0.95):
     """How far apart, as |log| of their ratio, two standard deviations each from ``seeds``
-    samples of the same normal law fall with probability ``confidence``: the F test's
-    two-sided interval, sqrt of F(1 - (1 - confidence)/2; seeds - 1, seeds - 1)."""
+    independent samples of one normal law fall with probability ``confidence``: half the log
+    of the F test's two-sided bound F(1 - (1 - confidence)/2; seeds - 1, seeds - 1)."""
     return 0.5 * np.log(stats.f.ppf(1 - (1 - confidence) / 2, seeds - 1, seeds - 1))
+
+
+def spread_slope_tolerance(hiddens, seeds, confidence=0.95):
+    """The two-sided ``confidence`` half-width of the log-log slope of standard deviations
+    against ``hiddens``, each from ``seeds`` independent normal samples: the log of such a
+    standard deviation has variance about 1/(2(seeds - 1)), and a least-squares slope divides
+    it by the spread of log m."""
+    x = np.log(np.asarray(hiddens, dtype=float))
+    error = (1 / (2 * (seeds - 1)) / ((x - x.mean()) ** 2).sum()) ** 0.5
+    return stats.norm.ppf(1 - (1 - confidence) / 2) * error
 
 
 @dataclass(frozen=True)

@@ -296,7 +296,10 @@ def _timing(path):
             kept["seconds"], kept["finished"], {k: tuple(v) for k, v in kept["made_of"].items()}
         )
     except (OSError, ValueError, KeyError, TypeError):
-        return Timing(None, path.stat().st_mtime, {})
+        try:
+            return Timing(None, path.stat().st_mtime, {})
+        except FileNotFoundError:  # removed since it was read (a prune): its date is unknown
+            return Timing(None, time.time(), {})
 
 
 def _store_timing(path, timing):

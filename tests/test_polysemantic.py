@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from toycore import devices
+from toycore import devices, words
 from toycore.experiments import polysemantic as ex
 from toycore.models import TiedBasisAutoencoder, gram, tied_basis_reference_loss
 from toycore.theory import polysemantic as th
@@ -140,6 +140,11 @@ def test_the_law_at_several_sizes_measures_each_seed_s_own_run(monkeypatch):
         given = dict(hiddens=hiddens, l1=l1, seeds=range(3), dt=dt) | bad
         with pytest.raises(ValueError, match=message):
             ex.law_at_sizes.uncached(**given)
+
+
+def test_shares_in_words_give_one_share_where_they_round_alike():
+    assert words.share_range([0.4695, 0.4702]) == "47%"
+    assert words.share_range([0.45, 0.494]) == "45% to 49%"
 
 
 def test_relative_variance_bounds_and_percentiles():

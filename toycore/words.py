@@ -21,3 +21,9 @@ def size_list(values):
     if len(values) >= 3 and len(steps) == 1:
         return f"{values[0]} to {values[-1]} in steps of {steps.pop()}"
     return ", ".join(map(str, values))
+
+
+def share_range(shares):
+    """Shares in words: "47%" where they round alike, else "45% to 49%"."""
+    low, high = f"{min(shares):.0%}", f"{max(shares):.0%}"
+    return low if low == high else f"{low} to {high}"

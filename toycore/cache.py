@@ -255,17 +255,22 @@ def _load(path, quiet=False):
     return pickle.loads(payload)
 
 
-def _store(path, result):
-    """Write atomically: readers see the whole file or none."""
-    payload = pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL)
+def _write_atomically(path, data):
+    """Write ``data`` (bytes) to ``path`` so that readers see the whole file or none, and leave
+    no part behind if the write fails."""
     with tempfile.NamedTemporaryFile(dir=path.parent, prefix=".", delete=False) as part:
         try:
-            part.write(hashlib.sha256(payload).hexdigest().encode() + b"\n" + payload)
+            part.write(data)
             part.close()
             os.replace(part.name, path)
         except BaseException:
             os.unlink(part.name)
             raise
+
+
+def _store(path, result):
+    payload = pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL)
+    _write_atomically(path, hashlib.sha256(payload).hexdigest().encode() + b"\n" + payload)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -305,13 +310,7 @@ def _timing(path):
 def _store_timing(path, timing):
     """Written before the result, so that a result never shows without its time (a time without
     its result is never read)."""
-    part = path.with_name(f".{path.name}.{os.getpid()}.json")
-    try:
-        part.write_text(json.dumps(dataclasses.asdict(timing)))
-        os.replace(part, _timing_file(path))
-    except BaseException:
-        part.unlink(missing_ok=True)
-        raise
+    _write_atomically(_timing_file(path), json.dumps(dataclasses.asdict(timing)).encode())
 
 
 @dataclasses.dataclass(eq=False)  # told apart by identity: two fresh ones are alike
@@ -366,9 +365,7 @@ def _report():
     if earlier != _REPORTED[0]:
         target = Path(target)
         target.parent.mkdir(parents=True, exist_ok=True)
-        part = target.with_name(f".{target.name}.{os.getpid()}")
-        part.write_text(json.dumps({"results": earlier}))
-        os.replace(part, target)
+        _write_atomically(target, json.dumps({"results": earlier}).encode())
         _REPORTED[0] = earlier
 
 

@@ -451,3 +451,77 @@ def test_l1_far_above_the_bound_kills_every_encoding_and_at_it_none():
 def test_l1_bound_refuses_a_bad_grid_before_training(multiples, message):
     with pytest.raises(ValueError, match=message):
         ex.l1_bound(4, [16], range(3), multiples=multiples)
+
+
+def _paths(winner, positive, hidden):
+    """A WinnerPaths from (records, seeds, n) winners and signs, for the landing analysis."""
+    winner, positive = np.asarray(winner), np.asarray(positive, dtype=bool)
+    records, seeds, n = winner.shape
+    return ex.WinnerPaths(
+        features=n,
+        hidden=hidden,
+        seeds=np.arange(seeds),
+        steps=np.arange(records) * 100,
+        winner=winner,
+        positive=positive,
+    )
+
+
+def test_landings_on_a_known_case():
+    # one model, five features, five neurons, three records
+    winner = [
+        [[0, 1, 2, 2, 3]],  # the start
+        [[0, 1, 4, 2, 3]],  # 2 moves to neuron 4, which no winner holds
+        [[0, 0, 4, 1, 3]],  # 1 (negative) moves beside 0; 3 onto neuron 1, which 1 just left
+    ]
+    positive = [[[True, False, True, True, False]]] * 3
+    landing = ex.landings(_paths(winner, positive, hidden=5))
+    assert landing.moved == pytest.approx(3 / 5)
+    # each landing is seen from the record before, the feature itself left out: 3 lands on
+    # neuron 1, which then held 1, of the other sign, so it lands beside
+    assert landing.observed.tolist() == [1, 2, 0, 0]  # EMPTY, BESIDE, SAME, BOTH
+    # per mover, the neurons of each kind then, with its final sign: 2 sees [S, B, S, B, E],
+    # 1 sees [B, E, B, S, B] and 3 sees [S, B, E, B, S]
+    assert landing.expected.tolist() == pytest.approx([3 / 5, 7 / 5, 5 / 5, 0])
+    assert landing.preference == pytest.approx((2 / (7 / 5)) / (1 / (3 / 5)))
+    assert landing.preference_se == pytest.approx(np.sqrt(1 / 2 + 1 / 1))
+    # only pair (0, 1) shares its final neuron: 1 of 10 pairs, x 2m
+    assert (landing.pairs, landing.rate) == (1, pytest.approx(1 / 10 * 2 * 5))
+
+
+def test_landings_refuse_too_few_to_compare():
+    winner = [[[0, 1]], [[2, 1]]]  # one landing, on an empty neuron
+    with pytest.raises(ValueError, match="too few landings"):
+        ex.landings(_paths(winner, [[[True, False]]] * 2, hidden=3))
+
+
+def test_independent_landings_show_no_preference():
+    # winners drawn afresh and independently at every record: where a feature lands cannot
+    # depend on where the others sit, so rho is 1 within its standard error
+    generator = np.random.default_rng(0)
+    records, seeds, n, m = 6, 200, 16, 32
+    winner = generator.integers(0, m, (records, seeds, n))
+    positive = generator.random((records, seeds, n)) < 0.5
+    landing = ex.landings(_paths(winner, positive, hidden=m))
+    assert landing.observed[ex.BESIDE] > 300  # enough for the check to mean something
+    assert abs(np.log(landing.preference)) < 3 * landing.preference_se
+
+
+def test_winner_paths_record_the_trained_winners_and_refuse_bad_input():
+    l1, lr, steps = ex.FIGURE3_L1, ex.FIGURE3_LR, 150
+    paths = ex.winner_paths(6, 12, [0, 1], steps=steps)
+    assert paths.winner.shape == paths.positive.shape == (ex.LANDING_RECORDS + 1, 2, 6)
+    assert paths.steps[0] == 0 and paths.steps[-1] == steps
+    final = ex.polysemantic_shard(6, 12, [0, 1], l1, steps=steps, lr=lr)  # the same training
+    largest = torch.as_tensor(final).abs().argmax(-1)
+    assert np.array_equal(paths.winner[-1], largest.numpy())
+    sign = torch.as_tensor(final).gather(-1, largest[..., None])[..., 0] > 0
+    assert np.array_equal(paths.positive[-1], sign.numpy())
+    for bad, match in [
+        (dict(features=8, hidden=4), "hidden"),
+        (dict(steps=ex.LANDING_RECORDS - 1), "steps"),
+        (dict(seeds=[]), "seeds"),
+    ]:
+        given = dict(features=6, hidden=12, seeds=[0], steps=steps) | bad
+        with pytest.raises(ValueError, match=match):
+            ex.winner_paths(**given)

@@ -130,6 +130,8 @@ POLYSEMANTIC = dict(
         # section 5's "until m ≈ n²": Figure 3's setting at a small n, m from n to n²
         persist=dict(n=8, ms=[8, 16, 32, 64], seeds=range(64)),
         interference_seeds=range(16),  # the forces at initialisation, m from n to 16n
+        # Figure 3's training at m = 2n, each feature's winner followed in time (section 7)
+        landing=dict(n=64, m=128, seeds=range(64)),
     ),
     cpu=dict(
         ode_seeds=range(4),
@@ -140,6 +142,7 @@ POLYSEMANTIC = dict(
         explorer=dict(n=32, ms=[32, 64, 128], l1s=[3e-4, 1e-3, 3e-3, 1e-2], steps=7500),
         persist=dict(n=10, ms=[10, 20, 50, 100], seeds=range(256)),
         interference_seeds=range(32),
+        landing=dict(n=64, m=128, seeds=range(64)),
     ),
     paper=dict(
         ode_seeds=range(8),
@@ -154,6 +157,7 @@ POLYSEMANTIC = dict(
         explorer=dict(n=32, ms=[32, 64, 128], l1s=[3e-4, 1e-3, 3e-3, 1e-2], steps=7500),
         persist=dict(n=16, ms=[16, 32, 64, 128, 256], seeds=range(256)),
         interference_seeds=range(64),
+        landing=dict(n=256, m=512, seeds=range(16)),
     ),
 )
 

@@ -1250,6 +1250,155 @@ def pooled_collisions(statistics, seeds):
     )
 
 
+# --- where moving winners land: the shortfall of benign collisions -----------------------------
+
+LANDING_RECORDS = 75  # records of each feature's winner over a run, evenly spaced in steps
+LANDING_SHARD = 8  # seeds trained together in one shard
+EMPTY, BESIDE, SAME, BOTH = range(4)  # a neuron, as seen by a feature of a given sign
+
+
+def _winners_on(winner, positive, hidden):
+    """How many winners of each sign sit on each neuron: (..., hidden, 2), [..., 0] positive,
+    for winner (..., n) the neuron each feature's largest weight is on and positive (..., n)
+    whether that weight is positive."""
+    counts = torch.zeros(*winner.shape[:-1], hidden * 2, dtype=torch.int64)
+    slot = winner * 2 + (~positive).long()  # neuron k's positive winners at 2k, negative 2k+1
+    counts.scatter_add_(-1, slot, torch.ones_like(slot))
+    return counts.unflatten(-1, (hidden, 2))
+
+
+def _neighbourhood(occupancy, positive):
+    """For features of sign ``positive`` (..., n, 1 or m), the class of every neuron from the
+    winners of other features on it, occupancy (..., n, m, 2) by sign: EMPTY (none), BESIDE (of
+    the opposite sign only), SAME (of the same sign only) or BOTH."""
+    same = torch.where(positive, occupancy[..., 0], occupancy[..., 1]) > 0
+    opposite = torch.where(positive, occupancy[..., 1], occupancy[..., 0]) > 0
+    return torch.where(
+        same, torch.where(opposite, BOTH, SAME), torch.where(opposite, BESIDE, EMPTY)
+    )
+
+
+def _winner(model):
+    """A metric: the neuron of each encoding's largest weight, (instances, n)."""
+    return model.W.detach().abs().argmax(-1).cpu()
+
+
+def _winner_positive(model):
+    """A metric: whether each encoding's largest weight is positive, (instances, n)."""
+    W = model.W.detach()
+    return (W.gather(-1, W.abs().argmax(-1, keepdim=True))[..., 0] > 0).cpu()
+
+
+@cached
+def landing_shard(features, hidden, seeds, l1, *, steps, lr, records=LANDING_RECORDS):
+    """Figure 3's training (AdamW) of one model per seed, with every feature's winner and its
+    sign recorded at ``records`` + 1 evenly spaced steps: a dict of "steps" (records + 1,) and
+    "winner" and "positive" (records + 1, seeds, n)."""
+    model = TiedBasisAutoencoder(features, hidden, seeds, l1)
+    history = train(
+        model,
+        None,
+        steps=steps,
+        lr=lr,
+        optimizer="adamw",
+        record_at=np.linspace(0, steps, records + 1).round().astype(int),
+        metrics=dict(winner=_winner, positive=_winner_positive),
+        desc=f"winners over time, n={features} m={hidden}, {len(seeds)} seeds",
+    )
+    return dict(steps=history.steps, **history.metrics)
+
+
+@dataclass(frozen=True)
+class WinnerPaths:
+    """Each feature's winner followed through Figure 3's training, one model per seed."""
+
+    features: int  # n
+    hidden: int  # m
+    seeds: np.ndarray  # (seeds,)
+    steps: np.ndarray  # (records,) the steps recorded, 0 and the last included
+    winner: np.ndarray  # (records, seeds, n) the neuron of each encoding's largest weight
+    positive: np.ndarray  # (records, seeds, n) whether that weight is positive
+
+
+def winner_paths(features, hidden, seeds, *, steps=FIGURE3_STEPS, lr=FIGURE3_LR, l1=FIGURE3_L1):
+    """Figure 3's training at one m with every feature's winner recorded over time, in shards
+    of LANDING_SHARD seeds (``toycore.shards``)."""
+    seeds, features = list(check_seeds(seeds)), check_size("features", features)
+    check_size("hidden", hidden, minimum=features)
+    check_size("steps", steps, minimum=LANDING_RECORDS)
+    check_range("lr", lr, 0, low_open=True)
+    check_range("l1", l1, 0)
+    groups = [seeds[k : k + LANDING_SHARD] for k in range(0, len(seeds), LANDING_SHARD)]
+    calls = [((features, hidden, group, l1), dict(steps=steps, lr=lr)) for group in groups]
+    parts = shards.run(landing_shard, calls, f"winners over time, n={features} m={hidden}")
+    return WinnerPaths(
+        features=features,
+        hidden=hidden,
+        seeds=np.array(seeds),
+        steps=parts[0]["steps"],
+        winner=np.concatenate([part["winner"] for part in parts], 1),
+        positive=np.concatenate([part["positive"] for part in parts], 1),
+    )
+
+
+@dataclass(frozen=True)
+class Landings:
+    """Where features land on the neuron they end on, against neurons drawn uniformly."""
+
+    observed: np.ndarray  # (4,) features landing last on EMPTY, BESIDE, SAME and BOTH neurons
+    expected: np.ndarray  # (4,) the same had each landed on a neuron drawn uniformly
+    preference: float  # ρ: per neuron, the rate of landing BESIDE over the rate on EMPTY
+    preference_se: float  # the standard error of log ρ (Poisson counts)
+    moved: float  # share of features whose final neuron is not the one they started on
+    rate: float  # final winners coinciding, in units of 1/(2m)
+    rate_se: float  # its standard error (a Poisson count)
+    pairs: int  # final coinciding pairs, all seeds
+
+
+def landings(paths):
+    """Where each feature that moved landed for the last time, seen from the record before:
+    on a neuron holding no other winner (EMPTY), beside winners of the opposite sign only
+    (BESIDE: a benign collision forms), or beside one of its own sign (SAME, BOTH), each
+    seen with the feature's final sign. Against what uniformly drawn neurons would give, the
+    preference ρ for BESIDE over EMPTY, and the final coincidence rate in units of 1/(2m)."""
+    winner, positive = torch.as_tensor(paths.winner), torch.as_tensor(paths.positive).bool()
+    records, seeds, n = winner.shape
+    final = winner[-1]  # (seeds, n)
+    # the first record from which each feature sits on its final neuron for good
+    settled = (winner == final).flip(0).long().cumprod(0).flip(0)  # (records, seeds, n)
+    arrival = records - settled.sum(0)  # (seeds, n); 0: it never left its final neuron
+    moved = arrival > 0
+    before = (arrival - 1).clamp(min=0)
+    seed, feature = torch.meshgrid(torch.arange(seeds), torch.arange(n), indexing="ij")
+    # the winners on every neuron at the record before each feature's landing, itself left
+    # out: (seeds, n, m, 2)
+    seen = _winners_on(winner, positive, paths.hidden)[before, seed]
+    own = winner[before, seed, feature]
+    seen[seed, feature, own, (~positive[before, seed, feature]).long()] -= 1
+    where = _neighbourhood(seen, positive[-1][..., None])  # (seeds, n, m)
+    landed = where.gather(-1, final[..., None])[..., 0][moved]
+    observed = torch.bincount(landed, minlength=4).double()
+    expected = nn.functional.one_hot(where[moved], 4).double().mean(-2).sum(0)
+    if observed[EMPTY] == 0 or observed[BESIDE] == 0:
+        raise ValueError(
+            f"too few landings to compare: {observed[EMPTY]:.0f} on empty neurons and "
+            f"{observed[BESIDE]:.0f} beside a winner of the opposite sign; train more seeds"
+        )
+    rate_of = observed / expected
+    pairs = int(_pairs_sharing(final).sum())
+    rate = pairs / (seeds * n * (n - 1) / 2) * 2 * paths.hidden
+    return Landings(
+        observed=observed.numpy(),
+        expected=expected.numpy(),
+        preference=float(rate_of[BESIDE] / rate_of[EMPTY]),
+        preference_se=float(torch.sqrt(1 / observed[BESIDE] + 1 / observed[EMPTY])),
+        moved=moved.double().mean().item(),
+        rate=rate,
+        rate_se=rate / np.sqrt(pairs) if pairs else np.inf,
+        pairs=pairs,
+    )
+
+
 @cached
 def explorer_runs(features, hiddens, l1s, seed, *, steps, lr):
     """One model per (m, λ) from the same seed, trained as in Figure 3: {(m, λ): W (n, m)}."""

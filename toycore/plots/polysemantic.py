@@ -360,3 +360,23 @@ def sorted_weights(W, label=""):
     )
     ax.grid(False)
     return fig
+
+
+LANDING_KINDS = ("no winner", "opposite sign\nonly", "same sign\nonly", "both signs")
+
+
+def landings(result):
+    """Where features land for the last time: per kind of neuron, the landings observed over
+    those a uniformly drawn neuron would give, with Poisson errors. ``result``: ``landings``."""
+    fig, ax = figure(width=4.8, height=3.0)
+    ratio = result.observed / result.expected
+    error = np.sqrt(result.observed) / result.expected
+    ax.bar(LANDING_KINDS, ratio, yerr=error, capsize=4, color=["C0", "C3", "C7", "C7"])
+    ax.axhline(1.0, color="k", ls="--", lw=1, label="a neuron drawn uniformly")
+    ax.set(
+        ylabel="landings / uniform",
+        xlabel="the neuron's other winners, by sign, before the feature lands",
+        title=f"ρ = {result.preference:.2f}; final winners coincide at {result.rate:.2f} × 1/(2m)",
+    )
+    ax.legend(loc="upper right")
+    return fig

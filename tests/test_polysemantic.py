@@ -525,3 +525,17 @@ def test_winner_paths_record_the_trained_winners_and_refuse_bad_input():
         given = dict(features=6, hidden=12, seeds=[0], steps=steps) | bad
         with pytest.raises(ValueError, match=match):
             ex.winner_paths(**given)
+
+
+def test_untied_start_scale_and_the_decay_over_a_run():
+    usual = ex.UntiedBasisAutoencoder(12, 40, [0, 1], 0.01)
+    small = ex.UntiedBasisAutoencoder(12, 40, [0, 1], 0.01, init_scale=ex.SMALL_START)
+    torch.testing.assert_close(small.E, ex.SMALL_START * usual.E)  # the same draw, scaled
+    torch.testing.assert_close(small.D, ex.SMALL_START * usual.D)
+    with pytest.raises(ValueError, match="init_scale"):
+        ex.UntiedBasisAutoencoder(12, 40, [0], 0.01, init_scale=0.0)
+    decay = ex.decay_over_run(1e-3, 7500)
+    # AdamW's decoupled decay alone multiplies a weight by 1 - lr x decay at every step
+    assert (1 - 1e-3 * decay) ** 7500 == pytest.approx(np.exp(-ex.DECAY_OVER_RUN), rel=0.01)
+    with pytest.raises(ValueError, match="lr"):
+        ex.decay_over_run(0.0, 7500)

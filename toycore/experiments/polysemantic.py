@@ -994,14 +994,15 @@ class UntiedBasisAutoencoder(Instances):
     E's row i is feature i's encoding (the encoder is Eᵀ), D's row j reads output j (the decoder
     is D), so the tied model is D = E = W. The penalty λ/2 (Σ_i |Eᵀ x_i|_1 + |D|_1), on the
     activations and the decoder, is the tied model's λ|W|_1 when D = E = W and the inputs are
-    the basis. E and D start independent, each N(0, 1/m). Trained by autograd."""
+    the basis. E and D start independent, each N(0, init_scale²/m). Trained by autograd."""
 
-    def __init__(self, features, hidden, seeds, l1, inputs=None, device=None):
+    def __init__(self, features, hidden, seeds, l1, inputs=None, init_scale=1.0, device=None):
         super().__init__(features, seeds)
         check_size("hidden", hidden, minimum=features)
         self.l1 = float(check_range("l1", l1, 0))
+        std = check_range("init_scale", init_scale, 0, low_open=True) * hidden**-0.5
         device = _device(device)
-        E, D = _normal(self.seeds, [(features, hidden)] * 2, hidden**-0.5, DTYPE, device)
+        E, D = _normal(self.seeds, [(features, hidden)] * 2, std, DTYPE, device)
         self.basis = inputs is None
         inputs = torch.eye(features, dtype=DTYPE) if inputs is None else inputs
         self.register_buffer("inputs", torch.as_tensor(inputs, dtype=DTYPE).to(device))
@@ -1039,20 +1040,39 @@ class UntiedRun:
     loss: np.ndarray  # (seeds,) final loss
 
 
+# Appendix A's conditions for untied weights to end tied, as we read them: "start out small",
+# a tenth of the usual scale; "some weight decay", enough to shrink a weight e^DECAY_OVER_RUN
+# times over the run by itself
+SMALL_START = 0.1
+DECAY_OVER_RUN = 5.0
+
+
+def decay_over_run(lr, steps):
+    """The weight decay that alone shrinks a weight e^DECAY_OVER_RUN times in ``steps`` steps
+    of ``lr`` (AdamW's decoupled decay multiplies it by 1 - lr x decay at every step)."""
+    return DECAY_OVER_RUN / (check_range("lr", lr, 0, low_open=True) * check_size("steps", steps))
+
+
 @cached
-def untied_run(features, hidden, seeds, l1, *, steps, lr, optimizer):
+def untied_run(
+    features, hidden, seeds, l1, *, steps, lr, optimizer, init_scale=1.0, weight_decay=None
+):
     """Appendix A's claim that untied weights become tied: train ``UntiedBasisAutoencoder``
-    on the basis (AdamW with torch's default weight decay 0.01, as the authors' tied runs;
-    or plain gradient descent) and measure the decoder against the encoder."""
-    model = UntiedBasisAutoencoder(features, hidden, seeds, l1)
+    on the basis (AdamW with torch's default weight decay 0.01, as the authors' tied runs,
+    unless ``weight_decay`` is given; or plain gradient descent), from a start ``init_scale``
+    times the usual, and measure the decoder against the encoder."""
+    model = UntiedBasisAutoencoder(features, hidden, seeds, l1, init_scale=init_scale)
     start = untied_distance(model.E.detach(), model.D.detach())
-    history, _ = _train(
+    decay = {} if weight_decay is None else dict(weight_decay=weight_decay)
+    history = train(
         model,
+        None,
         steps=steps,
         lr=lr,
         optimizer=optimizer,
-        records=2,  # the start and the end
+        record_at=[0, steps],
         desc=f"untied n={features} m={hidden} ({optimizer})",
+        **decay,
     )
     E, D = model.E.detach(), model.D.detach()
     return UntiedRun(

@@ -480,13 +480,27 @@ def test_landings_on_a_known_case():
     # each landing is seen from the record before, the feature itself left out: 3 lands on
     # neuron 1, which then held 1, of the other sign, so it lands beside
     assert landing.observed.tolist() == [1, 2, 0, 0]  # EMPTY, BESIDE, SAME, BOTH
-    # per mover, the neurons of each kind then, with its final sign: 2 sees [S, B, S, B, E],
-    # 1 sees [B, E, B, S, B] and 3 sees [S, B, E, B, S]
-    assert landing.expected.tolist() == pytest.approx([3 / 5, 7 / 5, 5 / 5, 0])
-    assert landing.preference == pytest.approx((2 / (7 / 5)) / (1 / (3 / 5)))
+    # per mover, the kinds of the other four neurons then (the one it left is not counted),
+    # seen with its final sign: 2 sees [S, B, -, B, E], 1 sees [B, -, B, S, B] and 3 sees
+    # [S, B, -, B, S]
+    assert landing.expected.tolist() == pytest.approx([1 / 4, 7 / 4, 4 / 4, 0])
+    preference = (2 / (7 / 4)) / (1 / (1 / 4))
+    assert landing.preference == pytest.approx(preference)
     assert landing.preference_se == pytest.approx(np.sqrt(1 / 2 + 1 / 1))
+    # 2 landings beside, of 3 on empty or beside neurons, which are 7/4 in 8/4 of them
+    assert landing.predicted == pytest.approx(2 / (3 * 7 / 8))
+    assert landing.predicted_se == pytest.approx(landing.predicted * np.sqrt(1 / 2 - 1 / 3))
     # only pair (0, 1) shares its final neuron: 1 of 10 pairs, x 2m
     assert (landing.pairs, landing.rate) == (1, pytest.approx(1 / 10 * 2 * 5))
+
+
+def test_a_feature_that_leaves_and_comes_back_lands_but_has_not_moved():
+    winner = [[[0, 1, 2]], [[3, 1, 2]], [[0, 1, 1]]]  # 0 leaves and comes back; 2 joins 1
+    landing = ex.landings(_paths(winner, [[[True, False, True]]] * 3, hidden=4))
+    assert landing.moved == pytest.approx(1 / 3)  # only 2 ends away from where it started
+    assert landing.observed.tolist() == [1, 1, 0, 0]  # 0 onto an empty neuron, 2 beside 1
+    assert landing.expected.tolist() == pytest.approx([2 / 3, 2 / 3, 2 / 3, 0])
+    assert landing.preference == pytest.approx(1.0) and landing.predicted == pytest.approx(1.0)
 
 
 def test_landings_refuse_too_few_to_compare():

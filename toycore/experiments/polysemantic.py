@@ -1365,10 +1365,12 @@ def winner_paths(features, hidden, seeds, *, steps=FIGURE3_STEPS, lr=FIGURE3_LR,
 class Landings:
     """Where features land on the neuron they end on, against neurons drawn uniformly."""
 
-    observed: np.ndarray  # (4,) features landing last on EMPTY, BESIDE, SAME and BOTH neurons
+    observed: np.ndarray  # (4,) last landings on EMPTY, BESIDE, SAME and BOTH neurons
     expected: np.ndarray  # (4,) the same had each landed on a neuron drawn uniformly
     preference: float  # ρ: per neuron, the rate of landing BESIDE over the rate on EMPTY
     preference_se: float  # the standard error of log ρ (Poisson counts)
+    predicted: float  # the final rate the landings predict, in units of 1/(2m)
+    predicted_se: float  # its standard error (binomial, BESIDE among EMPTY and BESIDE)
     moved: float  # share of features whose final neuron is not the one they started on
     rate: float  # final winners coinciding, in units of 1/(2m)
     rate_se: float  # its standard error (a Poisson count)
@@ -1376,18 +1378,23 @@ class Landings:
 
 
 def landings(paths):
-    """Where each feature that moved landed for the last time, seen from the record before:
-    on a neuron holding no other winner (EMPTY), beside winners of the opposite sign only
-    (BESIDE: a benign collision forms), or beside one of its own sign (SAME, BOTH), each
-    seen with the feature's final sign. Against what uniformly drawn neurons would give, the
-    preference ρ for BESIDE over EMPTY, and the final coincidence rate in units of 1/(2m)."""
+    """Where each feature landed for the last time, seen from the record before: on a neuron
+    holding no other winner (EMPTY), beside winners of the opposite sign only (BESIDE: a
+    benign collision forms), or beside one of its own sign (SAME, BOTH), each seen with the
+    feature's final sign, against neurons drawn uniformly (not the one it left).
+
+    If features took EMPTY and BESIDE neurons alike, as the count 1/(2m) assumes of where the
+    winners of opposite signs sit, the final winners would coincide at 1/(2m); ρ is the rate
+    per BESIDE neuron over the rate per EMPTY one. The landings predict the final rate as the
+    BESIDE landings over those that would be made if the same EMPTY and BESIDE landings were
+    spread over those neurons alike: ρ (X_E + X_B) / (X_E + ρ X_B), X the neurons' shares."""
     winner, positive = torch.as_tensor(paths.winner), torch.as_tensor(paths.positive).bool()
     records, seeds, n = winner.shape
     final = winner[-1]  # (seeds, n)
     # the first record from which each feature sits on its final neuron for good
     settled = (winner == final).flip(0).long().cumprod(0).flip(0)  # (records, seeds, n)
     arrival = records - settled.sum(0)  # (seeds, n); 0: it never left its final neuron
-    moved = arrival > 0
+    landed_late = arrival > 0
     before = (arrival - 1).clamp(min=0)
     seed, feature = torch.meshgrid(torch.arange(seeds), torch.arange(n), indexing="ij")
     # the winners on every neuron at the record before each feature's landing, itself left
@@ -1396,23 +1403,33 @@ def landings(paths):
     own = winner[before, seed, feature]
     seen[seed, feature, own, (~positive[before, seed, feature]).long()] -= 1
     where = _neighbourhood(seen, positive[-1][..., None])  # (seeds, n, m)
-    landed = where.gather(-1, final[..., None])[..., 0][moved]
+    landed = where.gather(-1, final[..., None])[..., 0][landed_late]
     observed = torch.bincount(landed, minlength=4).double()
-    expected = nn.functional.one_hot(where[moved], 4).double().mean(-2).sum(0)
     if observed[EMPTY] == 0 or observed[BESIDE] == 0:
         raise ValueError(
             f"too few landings to compare: {observed[EMPTY]:.0f} on empty neurons and "
             f"{observed[BESIDE]:.0f} beside a winner of the opposite sign; train more seeds"
         )
+    # the neuron a feature leaves is not one it can land on: a fifth kind, left out
+    where[seed, feature, own] = 4
+    expected = nn.functional.one_hot(where[landed_late], 5)[..., :4].double().sum((0, 1))
+    expected /= paths.hidden - 1
     rate_of = observed / expected
+    preference = float(rate_of[BESIDE] / rate_of[EMPTY])
+    alike = expected[EMPTY] + expected[BESIDE]
+    predicted = preference * alike / (expected[EMPTY] + preference * expected[BESIDE])
     pairs = int(_pairs_sharing(final).sum())
     rate = pairs / (seeds * n * (n - 1) / 2) * 2 * paths.hidden
     return Landings(
         observed=observed.numpy(),
         expected=expected.numpy(),
-        preference=float(rate_of[BESIDE] / rate_of[EMPTY]),
+        preference=preference,
         preference_se=float(torch.sqrt(1 / observed[BESIDE] + 1 / observed[EMPTY])),
-        moved=moved.double().mean().item(),
+        predicted=float(predicted),
+        predicted_se=float(
+            predicted * torch.sqrt(1 / observed[BESIDE] - 1 / (observed[BESIDE] + observed[EMPTY]))
+        ),
+        moved=(final != winner[0]).double().mean().item(),
         rate=rate,
         rate_se=rate / np.sqrt(pairs) if pairs else np.inf,
         pairs=pairs,

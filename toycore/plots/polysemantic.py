@@ -376,7 +376,8 @@ def landings(result):
     ax.set(
         ylabel="landings / uniform",
         xlabel="the neuron's other winners, by sign, before the feature lands",
-        title=f"ρ = {result.preference:.2f}; final winners coincide at {result.rate:.2f} × 1/(2m)",
+        title=f"ρ = {result.preference:.2f}; final rate {result.rate:.2f}, predicted "
+        f"{result.predicted:.2f} (× 1/(2m))",
     )
     ax.legend(loc="upper right")
     return fig

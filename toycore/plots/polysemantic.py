@@ -381,3 +381,27 @@ def landings(result):
     )
     ax.legend(loc="upper right")
     return fig
+
+
+def landing_rates(hiddens, results):
+    """Per m, the final winners' coincidence rate against the rate their landings predict,
+    in units of 1/(2m), with standard errors. ``results``: ``landings`` per m."""
+    fig, ax = figure(width=4.8, height=3.0)
+    hiddens = np.asarray(hiddens)
+    offset = 0.01 * hiddens.max()  # the two side by side at each m
+    for shift, name, value, error in [
+        (-offset, "final winners", "rate", "rate_se"),
+        (offset, "predicted by the landings", "predicted", "predicted_se"),
+    ]:
+        ax.errorbar(
+            hiddens + shift,
+            [getattr(r, value) for r in results],
+            yerr=[getattr(r, error) for r in results],
+            fmt="o",
+            capsize=3,
+            label=name,
+        )
+    ax.axhline(1.0, color="k", ls="--", lw=1, label="the count: 1/(2m)")
+    ax.set(xlabel="m", ylabel="coincidences × 2m", title="Figure 3's runs")
+    ax.legend(loc="lower left")
+    return fig

@@ -479,27 +479,26 @@ def test_landings_on_a_known_case():
     assert landing.moved == pytest.approx(3 / 5)
     # each landing is seen from the record before, the feature itself left out: 3 lands on
     # neuron 1, which then held 1, of the other sign, so it lands beside
-    assert landing.observed.tolist() == [1, 2, 0, 0]  # EMPTY, BESIDE, SAME, BOTH
+    assert landing.observed.tolist() == [[1, 2, 0, 0]]  # one seed: EMPTY, BESIDE, SAME, BOTH
     # per mover, the kinds of the other four neurons then (the one it left is not counted),
     # seen with its final sign: 2 sees [S, B, -, B, E], 1 sees [B, -, B, S, B] and 3 sees
     # [S, B, -, B, S]
-    assert landing.expected.tolist() == pytest.approx([1 / 4, 7 / 4, 4 / 4, 0])
+    assert landing.expected[0].tolist() == pytest.approx([1 / 4, 7 / 4, 4 / 4, 0])
     preference = (2 / (7 / 4)) / (1 / (1 / 4))
     assert landing.preference == pytest.approx(preference)
     assert landing.preference_se == pytest.approx(np.sqrt(1 / 2 + 1 / 1))
     # 2 landings beside, of 3 on empty or beside neurons, which are 7/4 in 8/4 of them
     assert landing.predicted == pytest.approx(2 / (3 * 7 / 8))
-    assert landing.predicted_se == pytest.approx(landing.predicted * np.sqrt(1 / 2 - 1 / 3))
     # only pair (0, 1) shares its final neuron: 1 of 10 pairs, x 2m
-    assert (landing.pairs, landing.rate) == (1, pytest.approx(1 / 10 * 2 * 5))
+    assert (landing.pairs.tolist(), landing.rate) == ([1], pytest.approx(1 / 10 * 2 * 5))
 
 
 def test_a_feature_that_leaves_and_comes_back_lands_but_has_not_moved():
     winner = [[[0, 1, 2]], [[3, 1, 2]], [[0, 1, 1]]]  # 0 leaves and comes back; 2 joins 1
     landing = ex.landings(_paths(winner, [[[True, False, True]]] * 3, hidden=4))
     assert landing.moved == pytest.approx(1 / 3)  # only 2 ends away from where it started
-    assert landing.observed.tolist() == [1, 1, 0, 0]  # 0 onto an empty neuron, 2 beside 1
-    assert landing.expected.tolist() == pytest.approx([2 / 3, 2 / 3, 2 / 3, 0])
+    assert landing.observed.tolist() == [[1, 1, 0, 0]]  # 0 onto an empty neuron, 2 beside 1
+    assert landing.expected[0].tolist() == pytest.approx([2 / 3, 2 / 3, 2 / 3, 0])
     assert landing.preference == pytest.approx(1.0) and landing.predicted == pytest.approx(1.0)
 
 
@@ -509,16 +508,44 @@ def test_landings_refuse_too_few_to_compare():
         ex.landings(_paths(winner, [[[True, False]]] * 2, hidden=3))
 
 
-def test_independent_landings_show_no_preference():
+def test_independent_landings_show_no_preference_and_the_count():
     # winners drawn afresh and independently at every record: where a feature lands cannot
-    # depend on where the others sit, so rho is 1 within its standard error
+    # depend on where the others sit, so rho is 1 and the landings predict the final rate
     generator = np.random.default_rng(0)
     records, seeds, n, m = 6, 200, 16, 32
     winner = generator.integers(0, m, (records, seeds, n))
     positive = generator.random((records, seeds, n)) < 0.5
     landing = ex.landings(_paths(winner, positive, hidden=m))
-    assert landing.observed[ex.BESIDE] > 300  # enough for the check to mean something
+    assert landing.observed[:, ex.BESIDE].sum() > 300  # enough for the check to mean something
     assert abs(np.log(landing.preference)) < 3 * landing.preference_se
+    assert abs(landing.predicted - 1) < 3 * landing.jackknife("predicted")
+    # same-sign coincidences stay here, so all pairs coincide at 2 x 1/(2m)
+    assert abs(landing.rate - 2) < 3 * landing.jackknife("rate")
+
+
+def test_the_jackknife_of_the_landing_gap():
+    generator = np.random.default_rng(1)
+    runs = [
+        ex.landings(
+            _paths(generator.integers(0, m, (5, 12, 10)), generator.random((5, 12, 10)) < 0.5, m)
+        )
+        for m in (20, 40)
+    ]
+    gap, se = ex.landing_gap(runs)
+    assert gap == pytest.approx(np.mean([r.rate - r.predicted for r in runs]))
+    # by hand: the gap with each seed left out, and the jackknife's spread of them
+    left = [
+        np.mean(
+            [
+                r.subset(np.arange(12) != k).rate - r.subset(np.arange(12) != k).predicted
+                for r in runs
+            ]
+        )
+        for k in range(12)
+    ]
+    assert se == pytest.approx(np.sqrt(11 / 12 * np.sum((np.array(left) - np.mean(left)) ** 2)))
+    with pytest.raises(ValueError, match="same seeds"):
+        ex.landing_gap([runs[0], runs[1].subset(np.arange(6))])
 
 
 def test_winner_paths_record_the_trained_winners_and_refuse_bad_input():

@@ -7,7 +7,7 @@ instances at once with its closed-form gradient: AdamW for the text's Figure 3 s
 gradient descent where the text reasons about gradient flow. Runs that take long are ``@cached``.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -1363,77 +1363,124 @@ def winner_paths(features, hidden, seeds, *, steps=FIGURE3_STEPS, lr=FIGURE3_LR,
 
 @dataclass(frozen=True)
 class Landings:
-    """Where features land on the neuron they end on, against neurons drawn uniformly."""
+    """Where features land on the neuron they end on, against neurons drawn uniformly; the
+    per-seed counts behind it, from which any subset of seeds gives the same statistics."""
 
-    observed: np.ndarray  # (4,) last landings on EMPTY, BESIDE, SAME and BOTH neurons
-    expected: np.ndarray  # (4,) the same had each landed on a neuron drawn uniformly
-    preference: float  # ρ: per neuron, the rate of landing BESIDE over the rate on EMPTY
-    preference_se: float  # the standard error of log ρ (Poisson counts)
-    predicted: float  # the final rate the landings predict, in units of 1/(2m)
-    predicted_se: float  # its standard error (binomial, BESIDE among EMPTY and BESIDE)
+    observed: np.ndarray  # (seeds, 4) last landings on EMPTY, BESIDE, SAME and BOTH neurons
+    expected: np.ndarray  # (seeds, 4) the same had each landed on a neuron drawn uniformly
+    pairs: np.ndarray  # (seeds,) pairs of features whose final winners coincide
     moved: float  # share of features whose final neuron is not the one they started on
-    rate: float  # final winners coinciding, in units of 1/(2m)
-    rate_se: float  # its standard error (a Poisson count)
-    pairs: int  # final coinciding pairs, all seeds
+    features: int  # n
+    hidden: int  # m
+
+    def subset(self, keep):
+        """The same landings over the seeds ``keep`` (a boolean mask or indices) only."""
+        return replace(
+            self, observed=self.observed[keep], expected=self.expected[keep], pairs=self.pairs[keep]
+        )
+
+    @property
+    def preference(self):
+        """ρ: per neuron, the rate of landing BESIDE over the rate on EMPTY."""
+        observed, expected = self.observed.sum(0), self.expected.sum(0)
+        return (observed[BESIDE] / expected[BESIDE]) / (observed[EMPTY] / expected[EMPTY])
+
+    @property
+    def preference_se(self):
+        """The standard error of log ρ, the landings taken as Poisson counts."""
+        observed = self.observed.sum(0)
+        return np.sqrt(1 / observed[BESIDE] + 1 / observed[EMPTY])
+
+    @property
+    def predicted(self):
+        """The final rate, in units of 1/(2m), that the landings predict: BESIDE landings
+        over those that would be made were EMPTY and BESIDE neurons taken alike per neuron,
+        ρ (X_E + X_B) / (X_E + ρ X_B) with X the neurons' shares."""
+        observed, expected = self.observed.sum(0), self.expected.sum(0)
+        alike = (observed[EMPTY] + observed[BESIDE]) * expected[BESIDE]
+        return observed[BESIDE] * (expected[EMPTY] + expected[BESIDE]) / alike
+
+    @property
+    def rate(self):
+        """Final winners coinciding, in units of 1/(2m)."""
+        seeds, n = len(self.pairs), self.features
+        return self.pairs.sum() / (seeds * n * (n - 1) / 2) * 2 * self.hidden
+
+    def jackknife(self, name):
+        """The standard error of the statistic ``name`` (one of the properties) by the
+        jackknife over seeds."""
+        count = len(self.pairs)
+        return _jackknife([getattr(self.subset(np.arange(count) != k), name) for k in range(count)])
+
+
+def _jackknife(leave_one_out):
+    """The jackknife standard error from a statistic's values with each seed left out."""
+    values = np.asarray(leave_one_out, dtype=float)
+    if len(values) < 2:
+        raise ValueError("a jackknife needs at least two seeds")
+    return np.sqrt((len(values) - 1) / len(values) * ((values - values.mean()) ** 2).sum())
 
 
 def landings(paths):
     """Where each feature landed for the last time, seen from the record before: on a neuron
     holding no other winner (EMPTY), beside winners of the opposite sign only (BESIDE: a
     benign collision forms), or beside one of its own sign (SAME, BOTH), each seen with the
-    feature's final sign, against neurons drawn uniformly (not the one it left).
-
-    If features took EMPTY and BESIDE neurons alike, as the count 1/(2m) assumes of where the
-    winners of opposite signs sit, the final winners would coincide at 1/(2m); ρ is the rate
-    per BESIDE neuron over the rate per EMPTY one. The landings predict the final rate as the
-    BESIDE landings over those that would be made if the same EMPTY and BESIDE landings were
-    spread over those neurons alike: ρ (X_E + X_B) / (X_E + ρ X_B), X the neurons' shares."""
+    feature's final sign, against neurons drawn uniformly (not the one it left). If features
+    took EMPTY and BESIDE neurons alike, the winners of opposite signs would sit independently
+    and coincide at 1/(2m), as the count assumes (``Landings.predicted``)."""
     winner, positive = torch.as_tensor(paths.winner), torch.as_tensor(paths.positive).bool()
     records, seeds, n = winner.shape
     final = winner[-1]  # (seeds, n)
     # the first record from which each feature sits on its final neuron for good
     settled = (winner == final).flip(0).long().cumprod(0).flip(0)  # (records, seeds, n)
     arrival = records - settled.sum(0)  # (seeds, n); 0: it never left its final neuron
-    landed_late = arrival > 0
     before = (arrival - 1).clamp(min=0)
-    seed, feature = torch.meshgrid(torch.arange(seeds), torch.arange(n), indexing="ij")
-    # the winners on every neuron at the record before each feature's landing, itself left
-    # out: (seeds, n, m, 2)
-    seen = _winners_on(winner, positive, paths.hidden)[before, seed]
-    own = winner[before, seed, feature]
-    seen[seed, feature, own, (~positive[before, seed, feature]).long()] -= 1
-    where = _neighbourhood(seen, positive[-1][..., None])  # (seeds, n, m)
-    landed = where.gather(-1, final[..., None])[..., 0][landed_late]
-    observed = torch.bincount(landed, minlength=4).double()
-    if observed[EMPTY] == 0 or observed[BESIDE] == 0:
+    feature = torch.arange(n)
+    observed, expected = torch.zeros(seeds, 4), torch.zeros(seeds, 4)
+    for seed in range(seeds):  # one model at a time: (n, m) per feature, not (seeds, n, m)
+        late = arrival[seed] > 0
+        then = before[seed]
+        # the winners on every neuron at the record before each landing, itself left out:
+        # (n, m, 2)
+        seen = _winners_on(winner[then, seed], positive[then, seed], paths.hidden)
+        own = winner[then, seed, feature]
+        seen[feature, own, (~positive[then, seed, feature]).long()] -= 1
+        where = _neighbourhood(seen, positive[-1, seed][:, None])  # (n, m)
+        landed = where.gather(-1, final[seed][:, None])[:, 0][late]
+        observed[seed] = torch.bincount(landed, minlength=4)
+        where[feature, own] = 4  # the neuron a feature leaves is not one it lands on
+        for kind in range(4):
+            expected[seed, kind] = (where[late] == kind).sum() / (paths.hidden - 1)
+    total = observed.sum(0)
+    if total[EMPTY] == 0 or total[BESIDE] == 0:
         raise ValueError(
-            f"too few landings to compare: {observed[EMPTY]:.0f} on empty neurons and "
-            f"{observed[BESIDE]:.0f} beside a winner of the opposite sign; train more seeds"
+            f"too few landings to compare: {total[EMPTY]:.0f} on empty neurons and "
+            f"{total[BESIDE]:.0f} beside a winner of the opposite sign; train more seeds"
         )
-    # the neuron a feature leaves is not one it can land on: a fifth kind, left out
-    where[seed, feature, own] = 4
-    expected = nn.functional.one_hot(where[landed_late], 5)[..., :4].double().sum((0, 1))
-    expected /= paths.hidden - 1
-    rate_of = observed / expected
-    preference = float(rate_of[BESIDE] / rate_of[EMPTY])
-    alike = expected[EMPTY] + expected[BESIDE]
-    predicted = preference * alike / (expected[EMPTY] + preference * expected[BESIDE])
-    pairs = int(_pairs_sharing(final).sum())
-    rate = pairs / (seeds * n * (n - 1) / 2) * 2 * paths.hidden
     return Landings(
         observed=observed.numpy(),
         expected=expected.numpy(),
-        preference=preference,
-        preference_se=float(torch.sqrt(1 / observed[BESIDE] + 1 / observed[EMPTY])),
-        predicted=float(predicted),
-        predicted_se=float(
-            predicted * torch.sqrt(1 / observed[BESIDE] - 1 / (observed[BESIDE] + observed[EMPTY]))
-        ),
+        pairs=_pairs_sharing(final).sum((-2, -1)).numpy(),
         moved=(final != winner[0]).double().mean().item(),
-        rate=rate,
-        rate_se=rate / np.sqrt(pairs) if pairs else np.inf,
-        pairs=pairs,
+        features=n,
+        hidden=paths.hidden,
     )
+
+
+def landing_gap(results):
+    """The mean over sizes of the final rate minus the rate the landings predict, and its
+    standard error by the jackknife over seeds (each size's runs share the seeds, and a
+    size's rate and prediction come from the same landings, so they err together)."""
+    seeds = {len(result.pairs) for result in results}
+    if len(seeds) != 1 or seeds.pop() < 2:
+        raise ValueError("the sizes' landings must hold the same seeds, at least two")
+
+    def gap(keep):
+        return np.mean([r.subset(keep).rate - r.subset(keep).predicted for r in results])
+
+    count = len(results[0].pairs)
+    every = np.ones(count, dtype=bool)
+    return gap(every), _jackknife([gap(np.arange(count) != k) for k in range(count)])
 
 
 @cached

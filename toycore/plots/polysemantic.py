@@ -369,8 +369,9 @@ def landings(result):
     """Where features land for the last time: per kind of neuron, the landings observed over
     those a uniformly drawn neuron would give, with Poisson errors. ``result``: ``landings``."""
     fig, ax = figure(width=4.8, height=3.0)
-    ratio = result.observed / result.expected
-    error = np.sqrt(result.observed) / result.expected
+    observed, expected = result.observed.sum(0), result.expected.sum(0)
+    ratio = observed / expected
+    error = np.sqrt(observed) / expected
     ax.bar(LANDING_KINDS, ratio, yerr=error, capsize=4, color=["C0", "C3", "C7", "C7"])
     ax.axhline(1.0, color="k", ls="--", lw=1, label="a neuron drawn uniformly")
     ax.set(
@@ -385,18 +386,18 @@ def landings(result):
 
 def landing_rates(hiddens, results):
     """Per m, the final winners' coincidence rate against the rate their landings predict,
-    in units of 1/(2m), with standard errors. ``results``: ``landings`` per m."""
+    in units of 1/(2m), with jackknife standard errors. ``results``: ``landings`` per m."""
     fig, ax = figure(width=4.8, height=3.0)
     hiddens = np.asarray(hiddens)
     offset = 0.01 * hiddens.max()  # the two side by side at each m
-    for shift, name, value, error in [
-        (-offset, "final winners", "rate", "rate_se"),
-        (offset, "predicted by the landings", "predicted", "predicted_se"),
+    for shift, name, value in [
+        (-offset, "final winners", "rate"),
+        (offset, "predicted by the landings", "predicted"),
     ]:
         ax.errorbar(
             hiddens + shift,
             [getattr(r, value) for r in results],
-            yerr=[getattr(r, error) for r in results],
+            yerr=[r.jackknife(value) for r in results],
             fmt="o",
             capsize=3,
             label=name,

@@ -544,7 +544,7 @@ def test_the_jackknife_of_the_landing_gap():
         for k in range(12)
     ]
     assert se == pytest.approx(np.sqrt(11 / 12 * np.sum((np.array(left) - np.mean(left)) ** 2)))
-    with pytest.raises(ValueError, match="same seeds"):
+    with pytest.raises(ValueError, match="as many seeds"):
         ex.landing_gap([runs[0], runs[1].subset(np.arange(6))])
 
 

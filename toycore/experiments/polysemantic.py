@@ -1473,7 +1473,7 @@ def landing_gap(results):
     size's rate and prediction come from the same landings, so they err together)."""
     seeds = {len(result.pairs) for result in results}
     if len(seeds) != 1 or seeds.pop() < 2:
-        raise ValueError("the sizes' landings must hold the same seeds, at least two")
+        raise ValueError("the sizes' landings must hold as many seeds, the same, at least two")
 
     def gap(keep):
         return np.mean([r.subset(keep).rate - r.subset(keep).predicted for r in results])

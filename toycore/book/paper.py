@@ -64,8 +64,9 @@ PLAN = (
     # ns = 8192 and two fixed-length runs of 100,000 steps
     ("05_persian_rug", [6, 7]),
     ("05_persian_rug", [4]),
-    # chapter 3's section 7, Figure 3's sweep with every feature's winner followed in time:
-    # some two hours on two CPU cores, a few minutes on a GPU by an estimate
+    # chapter 3's section 7: Figure 3's sweep, then the same trainings again with every
+    # feature's winner followed in time; some four hours on two CPU cores, a few minutes on a
+    # GPU by an estimate
     ("03_incidental_polysemanticity", [7]),
     # the macroscopic loss: section 8 reads the grids and the headline's sweep too, so they
     # train again (some 9 minutes on an H200): two calls

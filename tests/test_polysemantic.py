@@ -285,13 +285,14 @@ def test_persistence_reads_the_law_and_refuses_a_short_sweep():
         l1=1e-3,
         W=W,
         counts=np.array([[2, 2, 2], [2, 0, 2]]),
+        paths=[],  # persistence reads no winners
     )
     result = ex.persistence(sweep)
     assert result.expected.tolist() == pytest.approx([6 / 8, 6 / 32])
     assert result.share.tolist() == pytest.approx([1, 2 / 3])
     assert result.represented.tolist() == [1.0, 1.0]
     assert result.observed_last == 4 and result.expected_last == pytest.approx(3 * 6 / 32)
-    short = ex.PolysemanticSweep(4, np.array([4, 8]), np.arange(3), 1e-3, W, sweep.counts)
+    short = ex.PolysemanticSweep(4, np.array([4, 8]), np.arange(3), 1e-3, W, sweep.counts, [])
     with pytest.raises(ValueError, match="n²"):
         ex.persistence(short)
 
@@ -548,19 +549,22 @@ def test_the_jackknife_of_the_landing_gap():
         ex.landing_gap([runs[0], runs[1].subset(np.arange(6))])
 
 
-def test_winner_paths_record_the_trained_winners_and_refuse_bad_input():
-    l1, lr, steps = ex.FIGURE3_L1, ex.FIGURE3_LR, 150
-    paths = ex.winner_paths(6, 12, [0, 1], steps=steps)
-    assert paths.winner.shape == paths.positive.shape == (ex.LANDING_RECORDS + 1, 2, 6)
-    assert paths.steps[0] == 0 and paths.steps[-1] == steps
-    final = ex.polysemantic_shard(6, 12, [0, 1], l1, steps=steps, lr=lr)  # the same training
-    largest = torch.as_tensor(final).abs().argmax(-1)
-    assert np.array_equal(paths.winner[-1], largest.numpy())
-    sign = torch.as_tensor(final).gather(-1, largest[..., None])[..., 0] > 0
-    assert np.array_equal(paths.positive[-1], sign.numpy())
+def test_the_sweep_records_its_trained_winners_and_refuses_bad_input():
+    steps = 150
+    sweep = ex.polysemantic_sweep(6, [6, 12], [0, 1], ex.FIGURE3_L1, steps=steps, lr=ex.FIGURE3_LR)
+    for hidden, W, paths in zip([6, 12], sweep.W, sweep.paths):
+        assert paths.hidden == hidden and paths.seeds.tolist() == [0, 1]
+        assert paths.winner.shape == paths.positive.shape == (ex.WINNER_RECORDS + 1, 2, 6)
+        assert paths.steps[0] == 0 and paths.steps[-1] == steps
+        largest = torch.as_tensor(W).abs().argmax(-1)  # the last record is the final W's
+        assert np.array_equal(paths.winner[-1], largest.numpy())
+        sign = torch.as_tensor(W).gather(-1, largest[..., None])[..., 0] > 0
+        assert np.array_equal(paths.positive[-1], sign.numpy())
+    one = ex.winner_paths(6, 12, [0, 1], steps=steps)  # one m of the same sweep
+    assert np.array_equal(one.winner, sweep.paths[1].winner)
     for bad, match in [
         (dict(features=8, hidden=4), "hidden"),
-        (dict(steps=ex.LANDING_RECORDS - 1), "steps"),
+        (dict(steps=0), "steps"),
         (dict(seeds=[]), "seeds"),
     ]:
         given = dict(features=6, hidden=12, seeds=[0], steps=steps) | bad

@@ -181,13 +181,13 @@ SWEEP = dict(features=8, hiddens=[8, 12, 16, 24], seeds=[0, 1], l1=1e-3, steps=6
 KILLED_ON_THIRD_SHARD = textwrap.dedent("""
     import os, signal, sys
     from toycore.experiments import polysemantic as ex
-    train, calls = ex._train, []
+    train, calls = ex.train, []
     def dying(*args, **kwargs):
         calls.append(1)
         if len(calls) == 3:  # the kernel dies while it trains the third shard
             os.kill(os.getpid(), signal.SIGKILL)
         return train(*args, **kwargs)
-    ex._train = dying
+    ex.train = dying
     ex.polysemantic_sweep(**{sweep})
 """)
 
@@ -202,9 +202,9 @@ def test_a_sweep_killed_midway_recomputes_only_the_unfinished_shards(tmp_path, m
     )
     assert killed.returncode == -signal.SIGKILL
     trained = []
-    train = poly._train
+    train = poly.train
     monkeypatch.setattr(
-        poly, "_train", lambda *a, **k: trained.append(a[0].hidden) or train(*a, **k)
+        poly, "train", lambda *a, **k: trained.append(a[0].hidden) or train(*a, **k)
     )
     resumed = poly.polysemantic_sweep(**SWEEP)
     assert trained == [16, 24]  # the two shards that had not finished, and no other

@@ -442,24 +442,56 @@ def _train(model, *, steps, lr, optimizer, records, metrics=None, desc):
     return history, to_host(model.W.to(DTYPE))
 
 
+WINNER_RECORDS = 75  # records of each feature's winner over a run, evenly spaced in steps
+
+
+def _winner(model):
+    """A metric: the neuron of each encoding's largest weight, (instances, n)."""
+    return model.W.detach().abs().argmax(-1).cpu()
+
+
+def _winner_positive(model):
+    """A metric: whether each encoding's largest weight is positive, (instances, n)."""
+    W = model.W.detach()
+    return (W.gather(-1, W.abs().argmax(-1, keepdim=True))[..., 0] > 0).cpu()
+
+
 @cached
 def polysemantic_shard(features, hidden, seeds, l1, *, steps, lr):
-    """One shard of Figure 3: one model per seed at one m (batched), with the authors' AdamW.
-    Returns the final W, (seeds, n, m) float64."""
+    """One shard of Figure 3: one model per seed at one m (batched), with the authors' AdamW,
+    every feature's winner and its sign recorded at WINNER_RECORDS + 1 evenly spaced steps.
+    Returns a dict of "W", the final W (seeds, n, m) float64, "steps" (records,), and "winner"
+    and "positive" (records, seeds, n)."""
     model = TiedBasisAutoencoder(features, hidden, seeds, l1)
-    return _train(
+    history = train(
         model,
+        None,
         steps=steps,
         lr=lr,
         optimizer="adamw",
-        records=2,
+        record_at=np.linspace(0, steps, WINNER_RECORDS + 1).round().astype(int),
+        metrics=dict(winner=_winner, positive=_winner_positive),
         desc=f"n={features} m={hidden}, {len(seeds)} seeds",
-    )[1]
+    )
+    return dict(W=to_host(model.W.to(DTYPE)), steps=history.steps, **history.metrics)
+
+
+@dataclass(frozen=True)
+class WinnerPaths:
+    """Each feature's winner followed through Figure 3's training, one model per seed."""
+
+    features: int  # n
+    hidden: int  # m
+    seeds: np.ndarray  # (seeds,)
+    steps: np.ndarray  # (records,) the steps recorded, 0 and the last included
+    winner: np.ndarray  # (records, seeds, n) the neuron of each encoding's largest weight
+    positive: np.ndarray  # (records, seeds, n) whether that weight is positive
 
 
 @dataclass(frozen=True)
 class PolysemanticSweep:
-    """Figure 3's models: one per (m, seed), their final W and polysemantic neuron counts."""
+    """Figure 3's models: one per (m, seed), their final W, polysemantic neuron counts and
+    every feature's winner over time."""
 
     features: int  # n
     hiddens: np.ndarray  # (hiddens,) the sizes m
@@ -467,13 +499,14 @@ class PolysemanticSweep:
     l1: float  # λ
     W: list  # (hiddens,) of (seeds, features, hidden) float64 arrays, hidden = hiddens[i]
     counts: np.ndarray  # (hiddens, seeds) polysemantic neurons
+    paths: list  # (hiddens,) of WinnerPaths
 
 
 def polysemantic_sweep(features, hiddens, seeds, l1, *, steps, lr):
     """Figure 3: for each m, train one model per seed, one shard per m (``toycore.shards``).
 
-    Returns final W per m (a list of (seeds, n, m) float64) and the polysemantic neuron counts
-    (len(hiddens), seeds)."""
+    Returns final W per m (a list of (seeds, n, m) float64), the polysemantic neuron counts
+    (len(hiddens), seeds) and each m's WinnerPaths."""
     # the shards' own checks would run only once the sweep has started: check here first
     seeds, features = list(check_seeds(seeds)), check_size("features", features)
     for hidden in hiddens:
@@ -482,8 +515,20 @@ def polysemantic_sweep(features, hiddens, seeds, l1, *, steps, lr):
     check_size("steps", steps)
     check_range("lr", lr, 0, low_open=True)
     calls = [((features, hidden, seeds, l1), dict(steps=steps, lr=lr)) for hidden in hiddens]
-    finals = shards.run(polysemantic_shard, calls, f"Figure 3, n={features}")
+    parts = shards.run(polysemantic_shard, calls, f"Figure 3, n={features}")
+    finals = [part["W"] for part in parts]
     counts = np.array([th.count_polysemantic(W).numpy() for W in finals])
+    paths = [
+        WinnerPaths(
+            features=features,
+            hidden=hidden,
+            seeds=np.array(seeds),
+            steps=part["steps"],
+            winner=part["winner"],
+            positive=part["positive"],
+        )
+        for hidden, part in zip(hiddens, parts)
+    ]
     return PolysemanticSweep(
         features=features,
         hiddens=np.array(hiddens),
@@ -491,7 +536,13 @@ def polysemantic_sweep(features, hiddens, seeds, l1, *, steps, lr):
         l1=l1,
         W=finals,
         counts=counts,
+        paths=paths,
     )
+
+
+def winner_paths(features, hidden, seeds, *, steps=FIGURE3_STEPS, lr=FIGURE3_LR, l1=FIGURE3_L1):
+    """Figure 3's training at one m with every feature's winner recorded over time."""
+    return polysemantic_sweep(features, [hidden], seeds, l1, steps=steps, lr=lr).paths[0]
 
 
 @dataclass(frozen=True)
@@ -1272,8 +1323,6 @@ def pooled_collisions(statistics, seeds):
 
 # --- where moving winners land: the shortfall of benign collisions -----------------------------
 
-LANDING_RECORDS = 75  # records of each feature's winner over a run, evenly spaced in steps
-LANDING_SHARD = 8  # seeds trained together in one shard
 EMPTY, BESIDE, SAME, BOTH = range(4)  # a neuron, as seen by a feature of a given sign
 
 
@@ -1295,69 +1344,6 @@ def _neighbourhood(occupancy, positive):
     opposite = torch.where(positive, occupancy[..., 1], occupancy[..., 0]) > 0
     return torch.where(
         same, torch.where(opposite, BOTH, SAME), torch.where(opposite, BESIDE, EMPTY)
-    )
-
-
-def _winner(model):
-    """A metric: the neuron of each encoding's largest weight, (instances, n)."""
-    return model.W.detach().abs().argmax(-1).cpu()
-
-
-def _winner_positive(model):
-    """A metric: whether each encoding's largest weight is positive, (instances, n)."""
-    W = model.W.detach()
-    return (W.gather(-1, W.abs().argmax(-1, keepdim=True))[..., 0] > 0).cpu()
-
-
-@cached
-def landing_shard(features, hidden, seeds, l1, *, steps, lr, records=LANDING_RECORDS):
-    """Figure 3's training (AdamW) of one model per seed, with every feature's winner and its
-    sign recorded at ``records`` + 1 evenly spaced steps: a dict of "steps" (records + 1,) and
-    "winner" and "positive" (records + 1, seeds, n)."""
-    model = TiedBasisAutoencoder(features, hidden, seeds, l1)
-    history = train(
-        model,
-        None,
-        steps=steps,
-        lr=lr,
-        optimizer="adamw",
-        record_at=np.linspace(0, steps, records + 1).round().astype(int),
-        metrics=dict(winner=_winner, positive=_winner_positive),
-        desc=f"winners over time, n={features} m={hidden}, {len(seeds)} seeds",
-    )
-    return dict(steps=history.steps, **history.metrics)
-
-
-@dataclass(frozen=True)
-class WinnerPaths:
-    """Each feature's winner followed through Figure 3's training, one model per seed."""
-
-    features: int  # n
-    hidden: int  # m
-    seeds: np.ndarray  # (seeds,)
-    steps: np.ndarray  # (records,) the steps recorded, 0 and the last included
-    winner: np.ndarray  # (records, seeds, n) the neuron of each encoding's largest weight
-    positive: np.ndarray  # (records, seeds, n) whether that weight is positive
-
-
-def winner_paths(features, hidden, seeds, *, steps=FIGURE3_STEPS, lr=FIGURE3_LR, l1=FIGURE3_L1):
-    """Figure 3's training at one m with every feature's winner recorded over time, in shards
-    of LANDING_SHARD seeds (``toycore.shards``)."""
-    seeds, features = list(check_seeds(seeds)), check_size("features", features)
-    check_size("hidden", hidden, minimum=features)
-    check_size("steps", steps, minimum=LANDING_RECORDS)
-    check_range("lr", lr, 0, low_open=True)
-    check_range("l1", l1, 0)
-    groups = [seeds[k : k + LANDING_SHARD] for k in range(0, len(seeds), LANDING_SHARD)]
-    calls = [((features, hidden, group, l1), dict(steps=steps, lr=lr)) for group in groups]
-    parts = shards.run(landing_shard, calls, f"winners over time, n={features} m={hidden}")
-    return WinnerPaths(
-        features=features,
-        hidden=hidden,
-        seeds=np.array(seeds),
-        steps=parts[0]["steps"],
-        winner=np.concatenate([part["winner"] for part in parts], 1),
-        positive=np.concatenate([part["positive"] for part in parts], 1),
     )
 
 

@@ -562,6 +562,8 @@ def test_the_sweep_records_its_trained_winners_and_refuses_bad_input():
         assert np.array_equal(paths.positive[-1], sign.numpy())
     one = ex.winner_paths(6, 12, [0, 1], steps=steps)  # one m of the same sweep
     assert np.array_equal(one.winner, sweep.paths[1].winner)
+    short = ex.winner_paths(6, 12, [0], steps=6)  # fewer steps than records: every step
+    assert short.steps.tolist() == list(range(7)) and short.winner.shape == (7, 1, 6)
     for bad, match in [
         (dict(features=8, hidden=4), "hidden"),
         (dict(steps=0), "steps"),

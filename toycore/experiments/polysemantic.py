@@ -442,7 +442,9 @@ def _train(model, *, steps, lr, optimizer, records, metrics=None, desc):
     return history, to_host(model.W.to(DTYPE))
 
 
-WINNER_RECORDS = 75  # records of each feature's winner over a run, evenly spaced in steps
+# the intervals between records of each feature's winner over a run, evenly spaced in steps
+# (one record more than this; fewer where a run has fewer steps)
+WINNER_RECORDS = 75
 
 
 def _winner(model):
@@ -459,9 +461,10 @@ def _winner_positive(model):
 @cached
 def polysemantic_shard(features, hidden, seeds, l1, *, steps, lr):
     """One shard of Figure 3: one model per seed at one m (batched), with the authors' AdamW,
-    every feature's winner and its sign recorded at WINNER_RECORDS + 1 evenly spaced steps.
-    Returns a dict of "W", the final W (seeds, n, m) float64, "steps" (records,), and "winner"
-    and "positive" (records, seeds, n)."""
+    every feature's winner and its sign recorded at WINNER_RECORDS + 1 evenly spaced steps
+    (rounded, so fewer where ``steps`` < WINNER_RECORDS). Returns a dict of "W", the final W
+    (seeds, n, m) float64, "steps" (records,), and "winner" and "positive" (records, seeds,
+    n)."""
     model = TiedBasisAutoencoder(features, hidden, seeds, l1)
     history = train(
         model,

@@ -168,6 +168,34 @@ def test_threshold_marks_growing_weights_without_interference():
     assert torch.equal(growing, W.abs() > theta[..., None])
 
 
+def test_the_gradient_is_the_texts_three_forces_and_collisions_act_as_it_says():
+    # §2: -∇_{W_i} L = 4[(1 - |W_i|²) W_i - Σ_{j≠i} ReLU(W_i·W_j) W_j] - λ sign(W_i) (the 4 is
+    # this loss's constant, summed over both orders of each pair). §2.1: when W_i and W_j share
+    # one nonzero coordinate k, the interference acts on W_ik alone, with -W_ik W_jk² (and
+    # -W_ik² W_jk on W_jk) for the same sign, and not at all for opposite signs.
+    l1 = 1e-3
+    for sign, shrinks in ((1, True), (-1, False)):
+        W = torch.zeros(1, 2, 5, dtype=torch.float64)
+        W[0, 0, :3] = torch.tensor([0.7, -0.3, 0.5])  # feature i = 0 on neurons 0..2
+        W[0, 1, 2:] = torch.tensor([sign * 0.6, 0.4, 0.1])  # feature j = 1 shares k = 2 only
+        W.requires_grad_(True)
+        tied_basis_reference_loss(W, l1).sum().backward()
+        w = W.detach()[0]
+        benefit = (1 - w.square().sum(-1, keepdim=True)) * w
+        interference = torch.relu(w @ w.T).fill_diagonal_(0) @ w
+        forces = 4 * (benefit - interference) - l1 * w.sign()
+        torch.testing.assert_close(-W.grad[0], forces, rtol=1e-12, atol=1e-12)
+        k, (i, j) = 2, (0, 1)
+        on_i = -4 * w[i, k] * w[j, k] ** 2 if shrinks else torch.tensor(0.0, dtype=w.dtype)
+        on_j = -4 * w[i, k] ** 2 * w[j, k] if shrinks else torch.tensor(0.0, dtype=w.dtype)
+        torch.testing.assert_close(-4 * interference[i, k], on_i, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(-4 * interference[j, k], on_j, rtol=1e-12, atol=1e-12)
+        # of each encoding's own nonzero coordinates, only k feels the interference
+        touched = (interference != 0) & (w != 0)
+        assert touched.nonzero()[:, 1].tolist() == ([k, k] if shrinks else [])
+        assert (on_i * w[i, k] < 0) == shrinks and (on_j * w[j, k] < 0) == shrinks
+
+
 def test_forced_collisions_share_the_largest_coordinate():
     initial = ex.initial_weights(6, 20, [0, 1, 2])
     benign, malign, k = ex.forced_collisions(initial, lead=1.5)

@@ -65,7 +65,7 @@ PLAN = (
     ("05_persian_rug", [6, 7]),
     ("05_persian_rug", [4]),
     # chapter 3's sections 6 to 8, which read Figure 3's sweep (every feature's winner followed
-    # in time): some three hours on two CPU cores (a shard of 16 models took 70 s at m = 256
+    # in time): 9,558 s of computing on two CPU cores (a shard of 16 models took 70 s at m = 256
     # and 11 minutes at m = 2304), a minute or two on a GPU by an estimate
     ("03_incidental_polysemanticity", [6, 7, 8]),
     # the macroscopic loss: section 8 reads the grids and the headline's sweep too, so they

@@ -68,22 +68,37 @@ class Moment:
 
 
 def moments(features, sparsity, samples, seeds):
-    """Monte Carlo E x_i, E x_i^2, E x_i x_j (i != j) per seed, with the standard error of their
-    mean over seeds (conservatively counting one independent value per sample), as
-    {"mean" | "square" | "cross": Moment}."""
-    x = dataset(features, sparsity, samples, seeds)
+    """Monte Carlo E x_i, E x_i^2, E x_i x_j (i != j), the share of zero entries of x ⊗ x on
+    and off its diagonal, and the number of active features per data point, per seed, with the
+    standard error of their mean over seeds (conservatively counting one independent value per
+    sample), as {"mean" | "square" | "cross" | "zero_square" | "zero_cross" | "active": Moment}."""
+    x = dataset(features, sparsity, samples, seeds)  # (seeds, samples, features)
     off_diagonal = ~torch.eye(features, dtype=torch.bool)
     products = x.transpose(-1, -2) @ x / samples
+    active = (x != 0).to(x.dtype)  # u ~ U[0, 1] is never 0: x_i = 0 exactly when c_i = 0
+    zero_products = 1 - active.transpose(-1, -2) @ active / samples  # P(x_i x_j = 0)
     measured = {
         "mean": x.mean((-1, -2)),
         "square": x.pow(2).mean((-1, -2)),
         "cross": products[:, off_diagonal].mean(-1),
+        "zero_square": 1 - active.mean((-1, -2)),
+        "zero_cross": zero_products[:, off_diagonal].mean(-1),
+        "active": active.sum(-1).mean(-1),
     }
     exact = sparse_moments(sparsity)
-    variance = {  # variance of one value x_i, x_i^2 or x_i x_j
+    density = 1 - sparsity
+    exact |= {
+        "zero_square": sparsity,
+        "zero_cross": 1 - density**2,
+        "active": density * features,
+    }
+    variance = {  # variance of one value x_i, x_i^2, x_i x_j, an indicator or a count
         "mean": exact["variance"],
         "square": exact["fourth"] - exact["square"] ** 2,
         "cross": exact["square"] ** 2 - exact["cross"] ** 2,
+        "zero_square": sparsity * density,
+        "zero_cross": density**2 * (1 - density**2),
+        "active": features * sparsity * density,
     }
     n = samples * len(seeds)
     return {

@@ -379,3 +379,132 @@ def test_figure_shapes_reads_the_figure_sparsities():
     }
     with pytest.raises(ValueError, match="no sparsity 0.0"):
         ex.figure_shapes(small_sweep(), shapes, loss)
+
+
+# --- L_1 at x_i = 1: the text's formula, the model, the Thomson reduction -------------------
+
+
+def _dot(W, inst, i, j):
+    """W_i · W_j written out over the hidden dimension, in Python floats."""
+    return sum(W[inst, h, i].item() * W[inst, h, j].item() for h in range(W.shape[1]))
+
+
+def _text_at_one(W, b, importance, relu=True, bias=True):
+    """The text's Σ_i I_i (1 - ReLU(|W_i|^2 + b_i))^2 and Σ_{i≠j} I_j ReLU(W_j·W_i + b_j)^2 per
+    instance, by hand; relu=False / bias=False drop the ReLU / the bias (the linear case)."""
+    act = (lambda v: max(v, 0.0)) if relu else (lambda v: v)
+    instances, _, n = W.shape
+    benefit, interference = [], []
+    for inst in range(instances):
+        B = [b[inst, i].item() if bias else 0.0 for i in range(n)]
+        I = [importance[inst, i].item() for i in range(n)]
+        benefit.append(sum(I[i] * (1 - act(_dot(W, inst, i, i) + B[i])) ** 2 for i in range(n)))
+        interference.append(
+            sum(
+                I[j] * act(_dot(W, inst, j, i) + B[j]) ** 2
+                for i in range(n)
+                for j in range(n)
+                if i != j
+            )
+        )
+    return torch.tensor(benefit, dtype=DTYPE), torch.tensor(interference, dtype=DTYPE)
+
+
+def _one_hot_inputs(instances, n):
+    """x = e_i for i = 0..n-1 as a batch: (instances, n, n)."""
+    return torch.eye(n, dtype=DTYPE).expand(instances, n, n)
+
+
+def test_thomson_reduction_benefit_is_constant_and_interference_is_the_packing_energy():
+    """Uniform importance, k features with |W_i| = 1 (random directions), the rest W_i = 0,
+    b = 0: the benefit term at x_i = 1 is the constant n - k (each left-out feature pays
+    I_i (1 - 0)^2 = 1, each represented one (1 - 1)^2 = 0), and the interference term is
+    Σ_{i≠j} ReLU(W_i·W_j)^2 over the represented features. packing_energy sums the same
+    ordered pairs i ≠ j (both orders, no factor 1/2), so it matches with factor 1."""
+    n, m, instances = 7, 3, 2
+    represented = [0, 2, 3, 5, 6]  # k = 5 > m: some positive overlaps are forced
+    k = len(represented)
+    ones = torch.ones(instances, n, dtype=DTYPE)
+    zero_bias = torch.zeros(instances, n, dtype=DTYPE)
+    benefits, energies = [], []
+    for seed in (11, 12):  # two independent sets of directions (each with two instances)
+        g = torch.Generator().manual_seed(seed)
+        units = torch.randn(instances, k, m, generator=g, dtype=DTYPE)
+        units = units / units.norm(dim=-1, keepdim=True)
+        W = torch.zeros(instances, m, n, dtype=DTYPE)
+        W[:, :, represented] = units.transpose(-1, -2)
+        benefit, interference = th.one_sparse_at_one(W, zero_bias, ones)
+        # (a) the benefit term is n - k whatever the directions
+        torch.testing.assert_close(
+            benefit.sum(-1), torch.full((instances,), float(n - k), dtype=DTYPE), rtol=1e-10, atol=0
+        )
+        # (b) the interference term is the Thomson-type energy of the represented directions
+        thomson = torch.tensor(
+            [
+                sum(
+                    max(sum(u[p, h].item() * u[q, h].item() for h in range(m)), 0.0) ** 2
+                    for p in range(k)
+                    for q in range(k)
+                    if p != q
+                )
+                for u in units
+            ],
+            dtype=DTYPE,
+        )
+        assert torch.all(thomson > 1e-3)  # the energy is not trivially zero
+        torch.testing.assert_close(interference.sum((-1, -2)), thomson, rtol=1e-10, atol=0)
+        torch.testing.assert_close(th.packing_energy(units), thomson, rtol=1e-10, atol=0)
+        # and the model itself, on x = e_i summed over i, pays exactly n - k + energy
+        losses = toy_sample_loss(W, zero_bias, ones, _one_hot_inputs(instances, n)).sum(-1)
+        torch.testing.assert_close(losses, (n - k) + thomson, rtol=1e-10, atol=0)
+        benefits.append(benefit.sum(-1))
+        energies.append(thomson)
+    assert torch.equal(benefits[0], benefits[1])  # constant across direction sets, bit for bit
+    assert torch.all((energies[0] - energies[1]).abs() > 1e-3)  # while the energy moves
+
+
+def test_loss_on_one_hot_inputs_is_the_text_formula_at_one():
+    """Σ_i loss(e_i) of the ReLU model = Σ_i I_i (1 - ReLU(|W_i|^2 + b_i))^2
+    + Σ_{i≠j} I_j ReLU(W_j·W_i + b_j)^2 (by hand) = one_sparse_at_one's benefit + interference;
+    and per active feature i, loss(e_i) = benefit_i + Σ_j interference[i, j]."""
+    n = 5
+    W, b, importance = random_model(features=n, hidden=2, instances=3, seed=4)
+    x = _one_hot_inputs(W.shape[0], n)
+    pre = x @ (W.transpose(-1, -2) @ W) + b[:, None, :]
+    assert torch.any(pre < 0) and torch.any(pre > 0)  # the ReLU clips some outputs, not all
+    losses = toy_sample_loss(W, b, importance, x)  # (instances, i)
+    hand_benefit, hand_interference = _text_at_one(W, b, importance)
+    torch.testing.assert_close(losses.sum(-1), hand_benefit + hand_interference, rtol=1e-10, atol=0)
+    benefit, interference = th.one_sparse_at_one(W, b, importance)
+    torch.testing.assert_close(benefit.sum(-1), hand_benefit, rtol=1e-10, atol=0)
+    torch.testing.assert_close(interference.sum((-1, -2)), hand_interference, rtol=1e-10, atol=0)
+    torch.testing.assert_close(losses, benefit + interference.sum(-1), rtol=1e-10, atol=0)
+
+
+def test_linear_terms_at_one_are_the_text_linear_expansion():
+    """Without ReLU and bias, x_i = 1 gives the linear case: interference
+    Σ_{i≠j} I_j (W_j·W_i)^2 and benefit Σ_i I_i (1 - |W_i|^2)^2 (by hand), equal to
+    one_sparse_at_one(relu=False, bias=False), to linear_terms' expansion and to the linear
+    model's Σ_i loss(e_i) at b = 0."""
+    n = 5
+    W, b, importance = random_model(features=n, hidden=2, instances=3, seed=5)
+    hand_benefit, hand_interference = _text_at_one(W, b, importance, relu=False, bias=False)
+    benefit, interference = th.one_sparse_at_one(W, b, importance, relu=False, bias=False)
+    torch.testing.assert_close(interference.sum((-1, -2)), hand_interference, rtol=1e-10, atol=0)
+    torch.testing.assert_close(benefit.sum(-1), hand_benefit, rtol=1e-10, atol=0)
+    expansion, _ = th.linear_terms(W, importance)
+    torch.testing.assert_close(expansion, hand_benefit + hand_interference, rtol=1e-10, atol=0)
+    zero = torch.zeros_like(b)
+    losses = toy_sample_loss(W, zero, importance, _one_hot_inputs(W.shape[0], n), "linear")
+    torch.testing.assert_close(losses.sum(-1), hand_benefit + hand_interference, rtol=1e-10, atol=0)
+    # with the bias but no ReLU: I_j (W_j·W_i + b_j)^2, the linear model with b
+    hand_benefit, hand_interference = _text_at_one(W, b, importance, relu=False)
+    benefit, interference = th.one_sparse_at_one(W, b, importance, relu=False)
+    torch.testing.assert_close(
+        benefit.sum(-1) + interference.sum((-1, -2)),
+        hand_benefit + hand_interference,
+        rtol=1e-10,
+        atol=0,
+    )
+    losses = toy_sample_loss(W, b, importance, _one_hot_inputs(W.shape[0], n), "linear")
+    torch.testing.assert_close(losses.sum(-1), hand_benefit + hand_interference, rtol=1e-10, atol=0)

@@ -276,3 +276,182 @@ def test_the_late_wander_is_the_spread_over_a_run_s_last_half_and_its_words_foll
         "grows with σ (0.010 at σ = 0.1, 0.030 at σ = 0.2)"
     )
     assert ex.wander_words([0.1, 0.2], [0.03, 0.01]).startswith("does not grow with σ")
+
+
+# --- section 3.1: the hidden layer's rotational symmetry, and what bipolar noise keeps of it ----
+# W is (features, hidden) here, encodings as rows, so a rotation R of the hidden space acts on the
+# right: W -> W R. The loss sees W only through P = W Wᵀ + (W ξ) 1ᵀ, so W R Rᵀ Wᵀ = W Wᵀ and
+# W R ξ = W (R ξ): loss(W R, ξ) = loss(W, R ξ). Losses here are O(1) sums of a few dozen float64
+# terms, so "equal" means within 1e-12 (a thousand ulps of margin), decided before any run.
+
+
+class _FixedNoise:
+    """Stands in for ``HiddenNoise``: ``next()`` returns the given ξ, (instances, hidden), so the
+    model's own ``loss_and_grad`` (what training calls) runs on chosen noise."""
+
+    def __init__(self, xi):
+        self.xi = xi
+
+    def next(self):
+        return self.xi
+
+
+def _step_losses(Ws, xi=None):
+    """The training step's loss (``loss_and_grad``) and gradient for each W in Ws
+    (instances, features, hidden) with noise ξ (instances, hidden) or none; float64, CPU."""
+    instances, features, hidden = Ws.shape
+    model = TiedBasisAutoencoder(
+        features, hidden, range(instances), dtype=torch.float64, device="cpu"
+    )
+    model.W.data.copy_(Ws)
+    if xi is not None:
+        model.noise = _FixedNoise(xi)
+    loss = model.loss_and_grad()
+    return loss, model.W.grad.clone()
+
+
+def _orthogonal(hidden, seed):
+    """A random rotation of the hidden space: Q of the QR of a Gaussian matrix."""
+    g = torch.Generator().manual_seed(seed)
+    R, _ = torch.linalg.qr(torch.randn(hidden, hidden, generator=g, dtype=torch.float64))
+    return R
+
+
+def _encodings(features, hidden, seed):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(features, hidden, generator=g, dtype=torch.float64) * hidden**-0.5
+
+
+def test_noiseless_loss_is_invariant_under_rotations_of_the_hidden_layer():
+    features, hidden = 5, 7
+    W, R = _encodings(features, hidden, 11), _orthogonal(hidden, 12)
+    assert torch.allclose(R @ R.T, torch.eye(hidden, dtype=torch.float64), atol=1e-14)
+    # a non-orthogonal invertible map: stretch by 1/2 .. 2 along a rotated frame
+    A = _orthogonal(hidden, 13) @ torch.diag(torch.linspace(0.5, 2, hidden, dtype=torch.float64))
+    assert torch.linalg.matrix_rank(A) == hidden
+    Ws = torch.stack([W, W @ R, W @ A])
+    model = TiedBasisAutoencoder(features, hidden, range(3), dtype=torch.float64, device="cpu")
+    model.W.data.copy_(Ws)
+    plain = model.loss()  # the noiseless loss on the whole data set
+    step, grad = _step_losses(Ws)  # what a training step computes
+    assert torch.allclose(step, plain, rtol=0, atol=1e-12)
+    assert torch.allclose(tied_basis_reference_loss(Ws, 0.0), plain, rtol=0, atol=1e-12)
+    assert plain[1].item() == pytest.approx(plain[0].item(), rel=1e-12, abs=1e-12)
+    # not vacuous: a map that is not a rotation changes the Gram matrix, and the loss
+    assert abs(plain[2] - plain[0]).item() > 1e-3 * plain[0].item()
+    # and the gradient rotates with W: ∇L(W R) = ∇L(W) R
+    assert torch.allclose(grad[1], grad[0] @ R, rtol=0, atol=1e-12)
+
+
+def test_a_rotation_of_the_hidden_layer_moves_into_the_noise_draw_by_draw():
+    features, hidden, draws, sigma = 4, 6, 32, 0.4
+    W, R = _encodings(features, hidden, 21), _orthogonal(hidden, 22)
+    g = torch.Generator().manual_seed(23)
+    for kind in ("gaussian", "bipolar"):
+        xi = sigma * standard_noise(kind, (draws, hidden), g, torch.float64)  # rows: draws
+        at_W = W.expand(draws, -1, -1)
+        # the stand-in noise reaches the step as HiddenNoise's would: the plain forward pass
+        # (hidden = x W + ξ, y = ReLU(hidden Wᵀ)) agrees draw by draw
+        loss, _ = _step_losses(at_W @ R, xi)
+        assert torch.allclose(loss, tied_basis_reference_loss(at_W @ R, 0.0, xi), atol=1e-12)
+        # loss(W R, ξ) = loss(W, R ξ); for row vectors R ξ is ξ Rᵀ
+        moved, _ = _step_losses(at_W, xi @ R.T)
+        assert torch.allclose(loss, moved, rtol=0, atol=1e-12)
+        # not vacuous: the noise matters, and with ξ left unrotated the losses differ
+        unmoved, _ = _step_losses(at_W, xi)
+        assert (loss - unmoved).abs().max() > 1e-3
+        assert (loss - _step_losses(at_W)[0]).abs().max() > 1e-3
+
+
+def _bipolar_expected_loss(W, sigma):
+    """E L(W, ξ) over bipolar ξ ∈ {±σ}^m exactly: the mean over all 2^m equally likely signs,
+    each draw one instance of the model's training step. Also returns the per-draw losses and
+    whether the ReLU clipped any output in any draw."""
+    features, hidden = W.shape
+    signs = torch.tensor(list(itertools.product((-1.0, 1.0), repeat=hidden)), dtype=W.dtype)
+    xi = sigma * signs
+    losses, _ = _step_losses(W.expand(len(xi), -1, -1), xi)
+    P = W @ W.T + (xi @ W.T)[:, :, None]  # (draws, features, features): P_ji = G_ji + (W ξ)_j
+    return losses.mean(), losses, bool((P < 0).any())
+
+
+def test_bipolar_noise_breaks_the_rotation_symmetry_but_keeps_signed_permutations():
+    features, hidden, sigma = 3, 4, 0.3
+    W, R = _encodings(features, hidden, 31), _orthogonal(hidden, 32)
+    expected, losses, clipped = _bipolar_expected_loss(W, sigma)
+    rotated, _, _ = _bipolar_expected_loss(W @ R, sigma)
+    assert clipped  # without clipping the expectation would not tell them apart (next test)
+    assert abs(rotated - expected).item() > 1e-6 * expected.item()
+    # a signed permutation maps the 2^m sign patterns onto themselves: same draws, reordered
+    S = torch.eye(hidden, dtype=torch.float64)[[2, 0, 3, 1]] * torch.tensor([1.0, -1, -1, 1])
+    permuted, permuted_losses, _ = _bipolar_expected_loss(W @ S, sigma)
+    assert permuted.item() == pytest.approx(expected.item(), rel=1e-12)
+    assert torch.allclose(permuted_losses.sort().values, losses.sort().values, atol=1e-12)
+    assert not torch.allclose(permuted_losses, losses, atol=1e-3)  # reordered, not identical
+
+
+def test_without_clipping_the_expected_bipolar_loss_is_rotation_symmetric():
+    """While the ReLU never clips, one step's loss is quadratic in ξ, so its expectation sees only
+    E ξ ξᵀ = σ² I, the same for bipolar and Gaussian noise: at a fixed W bipolar noise breaks
+    the rotation symmetry only through clipping. Its push towards sparsity (appendix C) comes
+    through an SGD step: see the lone-encoding test below."""
+    hidden, sigma = 4, 0.1
+    # unit encodings with positive overlaps of at least 0.3 and |W_j|₁ ≤ √m |W_j|₂ = 2, so
+    # G_ij + (W ξ)_j ≥ 0.3 - 2σ > 0 for every sign pattern, here and after any rotation
+    base = torch.tensor([[1.0, 0.5, 0.0, 0.0], [0.5, 1.0, 0.2, 0.0], [0.4, 0.0, 1.0, 0.3]])
+    W = (base / base.norm(dim=-1, keepdim=True)).to(torch.float64)
+    R = _orthogonal(hidden, 42)
+    expected, _, clipped = _bipolar_expected_loss(W, sigma)
+    rotated, _, clipped_rotated = _bipolar_expected_loss(W @ R, sigma)
+    assert not clipped and not clipped_rotated
+    assert rotated.item() == pytest.approx(expected.item(), rel=1e-12)
+
+
+def test_gaussian_invariance_argument_step_common_random_numbers_coincide_draw_by_draw():
+    """Not a statistical test: the step of the argument E L(W R) = E L(W) under Gaussian noise
+    that is exact at every draw. With common random numbers ξ_k, the Monte Carlo estimate of
+    E L(W R) from draws ξ_k equals, draw by draw, that of E L(W) from draws R ξ_k; and R ξ_k are
+    N(0, σ² I) draws too, since R σ² I Rᵀ = σ² I (R orthogonal). For bipolar noise the first step
+    holds but the second fails: R ξ_k is not a ±σ vector."""
+    features, hidden, draws, sigma = 3, 4, 64, 0.3
+    W, R = _encodings(features, hidden, 51), _orthogonal(hidden, 52)
+    g = torch.Generator().manual_seed(53)
+    xi = sigma * standard_noise("gaussian", (draws, hidden), g, torch.float64)
+    at_W = W.expand(draws, -1, -1)
+    estimate_rotated, _ = _step_losses(at_W @ R, xi)
+    estimate, _ = _step_losses(at_W, xi @ R.T)
+    assert torch.allclose(estimate_rotated, estimate, rtol=0, atol=1e-12)
+    assert estimate_rotated.mean().item() == pytest.approx(estimate.mean().item(), abs=1e-12)
+    covariance = R @ (sigma**2 * torch.eye(hidden, dtype=torch.float64)) @ R.T
+    assert torch.allclose(covariance, sigma**2 * torch.eye(hidden, dtype=torch.float64), atol=1e-14)
+    bipolar = sigma * standard_noise("bipolar", (draws, hidden), g, torch.float64)
+    assert ((bipolar @ R.T).abs() - sigma).abs().max() > 1e-3
+
+
+def test_one_bipolar_step_favours_the_sparser_rotation_of_a_lone_encoding_as_appendix_c_says():
+    """Appendix C's setting, one feature (no interference) with |W|₂ = 1: exactly over all pairs
+    of bipolar draws, the loss one step later is lower for a sparser rotation of the same
+    encoding, by the sparsity term's difference (our order-3 expansion, to within 25%: the η⁴
+    terms at η = 0.01 are a few percent)."""
+    hidden, sigma, lr = 4, 0.1, 0.01
+    signs = torch.tensor(list(itertools.product((-1.0, 1.0), repeat=hidden)), dtype=torch.float64)
+    xi = sigma * signs  # |W|₁ ≤ 2 keeps 1 + W·ξ > 0: the ReLU never clips
+
+    def after_a_step(W):
+        _, grads = _step_losses(W.expand(len(xi), -1, -1), xi)
+        stepped = (W - lr * grads).repeat_interleave(len(xi), 0)
+        return _step_losses(stepped, xi.repeat(len(xi), 1))[0].mean().item()
+
+    sparse = torch.tensor([[0.9, 0.3, 0.2, 0.1]], dtype=torch.float64)
+    sparse /= sparse.norm()
+    # the Householder reflection taking it to (1, 1, 1, 1)/2, an orthogonal map of the hidden space
+    v = sparse - 0.5
+    H = torch.eye(hidden, dtype=torch.float64) - 2 * v.T @ v / (v**2).sum()
+    spread = sparse @ H
+    assert torch.allclose(H @ H.T, torch.eye(hidden, dtype=torch.float64), atol=1e-14)
+    fourth = [th.fourth_norms(W).item() for W in (sparse, spread)]
+    assert fourth[0] - fourth[1] > 0.1
+    exact = after_a_step(sparse) - after_a_step(spread)
+    assert exact < 0
+    term = [th.sparsity_term(f, "bipolar", sigma, lr, hidden=hidden, order=3) for f in fourth]
+    assert exact == pytest.approx(term[0] - term[1], rel=0.25)

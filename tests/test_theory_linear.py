@@ -17,12 +17,21 @@ def float64():
     torch.set_default_dtype(previous)
 
 
+def _sparse_samples(seed):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.rand(200, 5, generator=g) < 0.4) * torch.rand(200, 5, generator=g)
+
+
+@pytest.fixture
+def samples():
+    """The samples behind ``sigma``, for losses evaluated directly as mean ||x - ABx||²."""
+    return _sparse_samples(0)
+
+
 @pytest.fixture
 def sigma():
     """A sample-like Σ with distinct eigenvalues."""
-    g = torch.Generator().manual_seed(0)
-    x = (torch.rand(200, 5, generator=g) < 0.4) * torch.rand(200, 5, generator=g)
-    return th.second_moment(x)
+    return th.second_moment(_sparse_samples(0))
 
 
 def test_population_second_moment_spectrum():
@@ -73,13 +82,51 @@ def test_every_critical_point(sigma):
         assert (negative == 0) == (index_set == (0, 1))
 
 
-def test_global_minimum_is_the_top_projection(sigma):
-    eigenvalues, U = th.eigh_descending(sigma)
-    A, B = th.critical_point(U, (0, 1))
-    torch.testing.assert_close(A @ B, th.top_projection(U, 2))
-    assert th.critical_loss(eigenvalues, (0, 1)) == pytest.approx(
-        (torch.trace(sigma) - eigenvalues[:2].sum()).item()
+def test_global_minimum_is_the_top_projection(samples):
+    # Σ, its spectrum and the loss all from the samples by hand; toycore only supplies U_I U_Iᵀ
+    x = samples
+    sigma = x.T @ x / x.shape[0]
+    values, vectors = torch.linalg.eigh(sigma)
+    eigenvalues, U = values.flip(0), vectors.flip(1)
+    minimum = (torch.trace(sigma) - eigenvalues[:2].sum()).item()
+
+    def direct_loss(A, B):
+        return (x - x @ (A @ B).T).pow(2).sum(1).mean().item()
+
+    def trace_loss(A, B):
+        P = A @ B
+        return (
+            torch.trace(sigma) - 2 * torch.trace(P @ sigma) + torch.trace(P @ sigma @ P.T)
+        ).item()
+
+    U_I = U[:, :2]
+    assert direct_loss(U_I, U_I.T) == pytest.approx(minimum, abs=1e-12)
+    assert th.critical_loss(eigenvalues, (0, 1)).item() == pytest.approx(minimum, abs=1e-12)
+    assert th.linear_loss(*th.critical_point(U, (0, 1)), sigma).item() == pytest.approx(
+        minimum, abs=1e-12
     )
+    P = th.top_projection(U, 2)
+    torch.testing.assert_close(P @ P, P, rtol=0, atol=1e-14)
+    torch.testing.assert_close(P, P.T, rtol=0, atol=1e-14)
+    torch.testing.assert_close(
+        P @ U, torch.cat([U[:, :2], torch.zeros(5, 3)], 1), rtol=0, atol=1e-14
+    )
+    # Eckart–Young: no (A, B) does better, whether far away or just next to the minimiser
+    g = torch.Generator().manual_seed(8)
+    gaps = []
+    for trial in range(200):
+        scale = 10 ** (4 * torch.rand(1, generator=g).item() - 3)
+        noise_A, noise_B = torch.randn(5, 2, generator=g), torch.randn(2, 5, generator=g)
+        if trial % 2:
+            C = torch.randn(2, 2, generator=g) + 2 * torch.eye(2)
+            A, B = U_I @ C + scale * noise_A, torch.linalg.solve(C, U_I.T) + scale * noise_B
+        else:
+            A, B = scale * noise_A, scale * noise_B
+        loss = trace_loss(A, B)
+        assert loss == pytest.approx(direct_loss(A, B), rel=1e-10, abs=1e-12)
+        gaps.append(loss - minimum)
+    assert min(gaps) >= -1e-12
+    assert min(gaps) < 1e-4  # the bound is approached, not vacuous
 
 
 @pytest.mark.parametrize("eps", [1e-3, 0.1, 1.0, 30.0])
@@ -90,6 +137,63 @@ def test_saddle_escape_drop_is_exact(sigma, eps):
     assert (before - after).item() == pytest.approx(
         th.escape_drop(eigenvalues, 3, 1, eps).item(), rel=1e-8
     )
+
+
+@pytest.mark.parametrize("hidden", [2, 3])
+def test_saddle_escape_with_a_general_C_follows_equations_13_to_18(samples, hidden):
+    # toycore's escape_drops (and the test above) use C = I; (13)-(18) hold for any invertible C
+    x = samples
+    sigma = x.T @ x / x.shape[0]
+    values, vectors = torch.linalg.eigh(sigma)
+    eigenvalues, U = values.flip(0), vectors.flip(1)
+    C = torch.randn(hidden, hidden, generator=torch.Generator().manual_seed(9))
+    # genuinely non-orthogonal, and conditioned well enough that cond(C)·1e-16 stays below 1e-12
+    assert 2 < torch.linalg.cond(C) < 1e3
+
+    def direct_loss(A, B):
+        return (x - x @ (A @ B).T).pow(2).sum(1).mean().item()
+
+    checked = 0
+    for I in itertools.combinations(range(5), hidden):
+        pairs = [(j, k) for j in I for k in range(5) if k not in I and k < j]
+        assert pairs == th.inversions(I, 5)
+        U_I = U[:, list(I)]
+        base = direct_loss(U_I @ C, torch.linalg.inv(C) @ U_I.T)
+        for (j, k), eps in itertools.product(pairs, [0.1, 1.0, 7.0]):
+            U_tilde = U_I.clone()
+            U_tilde[:, I.index(j)] = (U[:, j] + eps * U[:, k]) / (1 + eps**2) ** 0.5
+            A = U_tilde @ C  # (13)
+            B = torch.linalg.inv(C) @ U_tilde.T  # (14)
+            optimal_B = torch.linalg.solve(A.T @ A, A.T)
+            P_A = A @ optimal_B
+            tol = dict(rtol=0, atol=1e-12)  # projections and losses are O(1)
+            scaled = dict(
+                rtol=0, atol=1e-12 * C.abs().max().item() * torch.linalg.inv(C).abs().max().item()
+            )
+            torch.testing.assert_close(B, optimal_B, **scaled)  # B carries C⁻¹, A carries C
+            torch.testing.assert_close(A @ B, P_A, **tol)
+            torch.testing.assert_close(A @ B, U_tilde @ U_tilde.T, **tol)
+            A_th, B_th = th.saddle_escape(U, I, j, k, eps, C)
+            torch.testing.assert_close(A_th, A, **scaled)
+            torch.testing.assert_close(B_th, B, **scaled)
+            M = U.T @ A
+            P = M @ torch.linalg.solve(M.T @ M, M.T)
+            pattern = torch.zeros(5)  # (18)
+            pattern[[i for i in I if i != j]] = 1
+            pattern[j], pattern[k] = 1 / (1 + eps**2), eps**2 / (1 + eps**2)
+            torch.testing.assert_close(torch.diagonal(P), pattern, **tol)
+            loss = direct_loss(A, B)
+            assert loss == pytest.approx(direct_loss(A, optimal_B), abs=1e-12)
+            assert loss == pytest.approx(  # (17)
+                (torch.trace(sigma) - torch.trace(P @ torch.diag(eigenvalues))).item(), abs=1e-12
+            )
+            drop = eps**2 / (1 + eps**2) * (eigenvalues[k] - eigenvalues[j]).item()
+            assert base - loss == pytest.approx(drop, abs=1e-12)
+            assert drop > 0
+            assert th.escape_drop(eigenvalues, j, k, eps).item() == pytest.approx(drop, abs=1e-15)
+            assert th.linear_loss(A_th, B_th, sigma).item() == pytest.approx(loss, abs=1e-12)
+            checked += 1
+    assert checked == 3 * sum(len(th.inversions(I, 5)) for I in th.index_sets(5, hidden)) > 0
 
 
 def test_bad_index_sets_are_rejected(sigma):
@@ -141,6 +245,101 @@ def test_energy_gradient_is_the_identity_flow():
         (a @ b) ** 2 for a, b in itertools.combinations(columns, 2)
     )
     torch.testing.assert_close(th.energy(W.detach()), by_hand)
+
+
+def _energy_by_hand(W, ordered=False):
+    """¼Σ_i(1 - |w_i|²)² + ½Σ⟨w_i, w_j⟩² over the columns, the second sum over unordered pairs
+    i < j, or over ordered pairs i ≠ j (twice as much) as (28) can be read literally."""
+    columns = W.T
+    pairs = itertools.permutations if ordered else itertools.combinations
+    return 0.25 * sum((1 - c @ c) ** 2 for c in columns) + 0.5 * sum(
+        (a @ b) ** 2 for a, b in pairs(columns, 2)
+    )
+
+
+def test_rotated_flow_in_components_is_eigenvalue_weighted_descent_on_the_energy():
+    g = torch.Generator().manual_seed(10)
+    d, D = 2, 5
+    tol = dict(rtol=1e-12, atol=1e-12)
+    for _ in range(5):
+        W = torch.randn(d, D, generator=g) * 10 ** (torch.rand(1, generator=g).item() - 0.5)
+        lam = torch.rand(D, generator=g) * 3 + 0.1  # positive and (almost surely) distinct
+        flow = th.rotated_tied_flow(W, lam)
+        eq24 = torch.zeros(d, D)
+        for i, j in itertools.product(range(d), range(D)):
+            eq24[i, j] = sum(
+                W[i, k]
+                * (float(k == l) - sum(W[m, k] * W[m, l] for m in range(d)))
+                * float(l == j)
+                * lam[j]
+                for k in range(D)
+                for l in range(D)
+            )
+        w = W.T  # w[j] is the column w̄_j
+        eq27 = torch.stack(
+            [lam[j] * w[j] - sum((w[k] @ w[j]) * lam[j] * w[k] for k in range(D)) for j in range(D)]
+        )
+        eq28 = torch.stack(
+            [
+                (1 - w[j] @ w[j]) * lam[j] * w[j]
+                - sum((w[k] @ w[j]) * lam[j] * w[k] for k in range(D) if k != j)
+                for j in range(D)
+            ]
+        )
+        torch.testing.assert_close(eq24, flow, **tol)
+        torch.testing.assert_close(eq27.T, flow, **tol)
+        torch.testing.assert_close(eq28.T, flow, **tol)
+        W_grad = W.clone().requires_grad_()
+        (gradient,) = torch.autograd.grad(_energy_by_hand(W_grad), W_grad)
+        torch.testing.assert_close(flow, -gradient * lam, **tol)  # column j: -λ_j ∂E/∂w̄_j
+        rate = (gradient * flow).sum()  # dE/dt = -Σ_j λ_j |∂E/∂w̄_j|²
+        assert rate.item() == pytest.approx(-(lam * gradient.pow(2).sum(0)).sum().item(), rel=1e-12)
+        assert rate < 0
+    # and along an integrated trajectory E never rises
+    lam = torch.tensor([2.0, 1.3, 0.7, 0.4, 0.1])
+    (W_t,) = th.integrate(lambda W: th.rotated_tied_flow(W, lam), (W,), np.linspace(0, 10, 41))
+    energies = torch.stack([_energy_by_hand(W) for W in W_t])
+    assert (energies.diff() <= 1e-9).all()
+
+
+def test_the_weighted_flow_is_a_gradient_only_for_equal_eigenvalues():
+    g = torch.Generator().manual_seed(11)
+    W = torch.randn(2, 5, generator=g)
+    W_grad = W.clone().requires_grad_()
+    (gradient,) = torch.autograd.grad(_energy_by_hand(W_grad), W_grad)
+    # equal eigenvalues: the flow is exactly -∇(λE), E with the unordered-pair sum
+    lam = 0.7
+    flow = th.rotated_tied_flow(W, torch.full((5,), lam))
+    torch.testing.assert_close(flow, -lam * gradient, rtol=1e-12, atol=1e-12)
+    # (28) read over ordered pairs doubles the interference term and is not the flow's energy
+    (ordered_gradient,) = torch.autograd.grad(_energy_by_hand(W_grad, ordered=True), W_grad)
+    assert (flow + lam * ordered_gradient).norm() > 1e-3
+    # nor even a Lyapunov function: d=1, D=2, w_1 = w_2 = a with a² = 0.4, by hand
+    # dE_ordered/dt = 2a²(3a² - 1)(1 - 2a²) = 0.032 > 0 for λ = 1
+    a = torch.full((1, 2), 0.4**0.5, requires_grad=True)
+    (ordered_gradient,) = torch.autograd.grad(_energy_by_hand(a, ordered=True), a)
+    rate = (ordered_gradient * th.rotated_tied_flow(a.detach(), torch.ones(2))).sum()
+    assert rate.item() == pytest.approx(0.032, abs=1e-15)
+
+    # distinct eigenvalues: the Jacobian of the flow is not symmetric, so the flow is -∇ of no
+    # function at all, whichever λ-weighting of (28) one picks
+    def jacobian(lam):
+        J = torch.autograd.functional.jacobian(lambda V: th.rotated_tied_flow(V, lam), W)
+        return J.reshape(10, 10)
+
+    J = jacobian(torch.full((5,), lam))
+    torch.testing.assert_close(J, J.T, rtol=0, atol=1e-13)
+    J = jacobian(torch.tensor([2.0, 1.3, 0.7, 0.4, 0.1]))
+    assert (J - J.T).abs().max() > 1e-2
+    # in particular not of the per-index reading ¼Σλ_i(1-|w_i|²)² + ½Σ_{i<j}(λ_i+λ_j)/2⟨w_i,w_j⟩²
+    lam = torch.tensor([2.0, 1.3, 0.7, 0.4, 0.1])
+    columns = W_grad.T
+    weighted = 0.25 * sum(lam[i] * (1 - c @ c) ** 2 for i, c in enumerate(columns)) + 0.5 * sum(
+        (lam[i] + lam[j]) / 2 * (columns[i] @ columns[j]) ** 2
+        for i, j in itertools.combinations(range(5), 2)
+    )
+    (weighted_gradient,) = torch.autograd.grad(weighted, W_grad)
+    assert (th.rotated_tied_flow(W, lam) + weighted_gradient).norm() > 1e-3
 
 
 def test_integrate_matches_a_closed_form():

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import scipy.linalg
 import torch
+from scipy import integrate, special, stats
 
 from toycore import devices
 from toycore.claims import Ledger
@@ -784,3 +785,220 @@ def test_the_text_s_largest_size_is_read_in_words_and_its_rows_spread_is_scale_f
     np.testing.assert_allclose(th.row_interference_spread(3 * W), spread)
     W_in, W_out, _ = th.persian_rug(64, 16, seed=0)  # every row's Σ_{j≠i} R_ij² alike
     assert th.row_interference_spread((W_out @ W_in)[None])[0] < 1e-6
+
+
+# --- eq. 6, appendix C, the tight-frame note of section 4.2.1 and appendix D, by hand ----------
+
+
+def _harmonic_frame(features, frequencies):
+    """Orthonormal real columns (ns, nd): the constant for frequency 0, and √(2/ns) cos and sin
+    of 2πkj/ns for each other k (0 < k < ns/2): a harmonic frame, no Hadamard matrix in it."""
+    j = np.arange(features)
+    columns = []
+    for k in frequencies:
+        if k == 0:
+            columns.append(np.full(features, 1 / np.sqrt(features)))
+        else:
+            columns.append(np.sqrt(2 / features) * np.cos(2 * np.pi * k * j / features))
+            columns.append(np.sqrt(2 / features) * np.sin(2 * np.pi * k * j / features))
+    return np.stack(columns, axis=1)
+
+
+def _mean_off_diagonal_variance(W, p):
+    """The left side of eq. 19 by hand: (4p - 3p²)/12 · (1/ns) Σ_i Σ_{j≠i} |W_ij|²."""
+    off = np.abs(W) ** 2
+    return (4 * p - 3 * p**2) / 12 * (off.sum() - np.trace(off)) / W.shape[0]
+
+
+def test_eq_6_is_saturated_by_harmonic_frames_and_exceeded_by_uneven_spectra():
+    p, features = 0.05, 60  # 60 is no power of 2: these are not Hadamard rugs
+    # real cos/sin frequencies {0, 3, 7, 11, 20, 26}: nd = 11, (ns/nd) P has unit diagonal
+    F = _harmonic_frame(features, (0, 3, 7, 11, 20, 26))
+    hidden = F.shape[1]
+    assert hidden == 11 and np.allclose(F.T @ F, np.eye(hidden), atol=1e-13)
+    W = features / hidden * F @ F.T
+    assert np.abs(np.diag(W) - 1).max() < 1e-13
+    assert np.linalg.matrix_rank(W) == hidden
+    bound = (4 * p - 3 * p**2) / 12 * (features / hidden - 1)  # eq. 6 by hand
+    assert th.variance_bound(p, hidden / features) == pytest.approx(bound, rel=1e-15)
+    assert _mean_off_diagonal_variance(W, p) == pytest.approx(bound, rel=1e-12)
+    assert ex.bound_ratios(W, p, hidden / features) == pytest.approx(1, abs=1e-12)
+    # complex DFT frequencies: W = (ns/nd) F_S F_S† is Hermitian, not real, and saturates too
+    S = [0, 1, 5, 9, 17, 30, 44, 51]
+    dft = np.exp(2j * np.pi * np.outer(np.arange(features), S) / features) / np.sqrt(features)
+    W = features / len(S) * dft @ dft.conj().T
+    assert np.abs(np.diag(W) - 1).max() < 1e-13
+    saturated = (4 * p - 3 * p**2) / 12 * (features / len(S) - 1)
+    assert _mean_off_diagonal_variance(W, p) == pytest.approx(saturated, rel=1e-12)
+    # symmetric, unit diagonal, rank nd, unequal eigenvalues: the Gram matrix of ns random unit
+    # vectors in R^nd. Σλ² - (Σλ)²/nd = nd·Var(λ), so the excess over eq. 6 is known exactly
+    rng = np.random.default_rng(0)
+    for hidden in (5, 11, 30):
+        V = rng.normal(size=(features, hidden)) * rng.uniform(0.2, 3, size=hidden)
+        V /= np.linalg.norm(V, axis=1, keepdims=True)
+        W = V @ V.T
+        eigenvalues = np.linalg.eigvalsh(V.T @ V)  # W's nonzero eigenvalues
+        assert np.linalg.matrix_rank(W) == hidden and eigenvalues.sum() == pytest.approx(features)
+        excess = (4 * p - 3 * p**2) / 12 * hidden * eigenvalues.var() / features
+        bound = th.variance_bound(p, hidden / features)
+        assert _mean_off_diagonal_variance(W, p) - bound == pytest.approx(excess, rel=1e-9)
+        assert excess > 0.05 * bound  # strictly above, by a margin
+        assert ex.bound_ratios(W, p, hidden / features) > 1.05
+    # equal nonzero eigenvalues but rank below nd: strictly above the rank-nd bound
+    F = _harmonic_frame(features, (0, 3, 7))  # rank 5
+    W = features / 5 * F @ F.T
+    assert ex.bound_ratios(W, p, 11 / features) == pytest.approx((60 / 5 - 1) / (60 / 11 - 1))
+
+
+def test_eq_20s_chain_holds_link_by_link_and_normal_matrices_close_only_the_first_link():
+    rng = np.random.default_rng(1)
+    features = 48
+    for hidden, seed in [(4, 0), (12, 1), (30, 2)]:
+        A, B = rng.normal(size=(features, hidden)), rng.normal(size=(hidden, features))
+        d = np.einsum("ik,ki->i", A, B)
+        W = A @ B / d[:, None]  # unit diagonal, rank nd, not symmetric
+        assert np.abs(np.diag(W) - 1).max() < 1e-12 and np.linalg.matrix_rank(W) == hidden
+        eigenvalues = np.linalg.eigvals(B @ (A / d[:, None]))  # W's nd nonzero eigenvalues
+        assert eigenvalues.sum() == pytest.approx(features, rel=1e-10)  # eq. 18
+        U = scipy.linalg.schur(W.astype(complex), output="complex")[0]
+        frobenius = np.trace(W @ W.T)
+        assert (np.abs(U) ** 2).sum() == pytest.approx(frobenius, rel=1e-10)
+        squares = (np.abs(eigenvalues) ** 2).sum()
+        assert frobenius > squares * (1 + 1e-3)  # Schur: not normal, strictly
+        assert squares > features**2 / hidden * (1 + 1e-3)  # Cauchy–Schwarz: λ unequal
+    # a real circulant matrix is normal: Schur's link is an equality. With unit diagonal and
+    # complex (conjugate-paired) eigenvalues it is not symmetric, and Cauchy–Schwarz stays strict
+    features, pairs = 40, (3, 8, 13)
+    spectrum = np.zeros(features, complex)
+    spectrum[0] = features / 7
+    for k, phase in zip(pairs, (0.4, -1.1, 2.0)):
+        spectrum[k] = features / 7 * np.exp(1j * phase)
+        spectrum[-k] = spectrum[k].conjugate()
+    spectrum *= features / spectrum.sum().real  # Σλ = ns, so the diagonal is 1
+    first_row = np.fft.ifft(spectrum).real
+    W = scipy.linalg.circulant(first_row)
+    assert np.abs(np.diag(W) - 1).max() < 1e-12 and np.linalg.matrix_rank(W) == 7
+    assert np.abs(W - W.T).max() > 0.1 and np.allclose(W @ W.T, W.T @ W, atol=1e-12)
+    squares = (np.abs(spectrum) ** 2).sum()
+    assert np.trace(W @ W.T) == pytest.approx(squares, rel=1e-12)
+    assert squares > features**2 / 7 * (1 + 1e-2)
+    assert ex.bound_ratios(W, 0.05, 7 / features) > 1.01
+
+
+@pytest.mark.parametrize("features, hidden", [(256, 40), (64, 16)])
+def test_the_rug_is_a_tight_frame_and_ns_over_nd_times_a_projector_not_a_projector(
+    features, hidden
+):
+    W_in, W_out, rows = th.persian_rug(features, hidden, seed=0)
+    R = W_out @ W_in
+    # section 4.2.1: Tr(W)² = ns² = nd Tr(W W†)
+    assert np.trace(R) ** 2 == pytest.approx(features**2, rel=1e-13)
+    assert hidden * np.trace(R @ R.T) == pytest.approx(features**2, rel=1e-12)
+    # the "square root" √R = H_Sᵀ/√nd (ns, nd): √R √Rᵀ = R and its rows form a tight frame,
+    # √Rᵀ √R = (ns/nd) I
+    root = th.hadamard(features, rows).T / np.sqrt(hidden)
+    assert np.abs(root @ root.T - R).max() < 1e-13
+    assert np.abs(root.T @ root - features / hidden * np.eye(hidden)).max() < 1e-12
+    # section 4.2.2 calls R "a projector"; it is ns/nd times one: R² = (ns/nd) R, R² ≠ R
+    assert np.abs(R @ R - features / hidden * R).max() < 1e-12
+    assert np.abs(R @ R - R).max() == pytest.approx(features / hidden - 1, rel=1e-12)
+    assert (
+        sorted(np.round(np.linalg.eigvalsh(R), 9))
+        == [0.0] * (features - hidden) + [round(features / hidden, 9)] * hidden
+    )
+    # and the printed H_ij = parity(bin(i) ⊕ bin(j)), as ±1, is s_i s_j (rank 1), not Hadamard
+    i = np.arange(features)
+    printed = 1 - 2 * (np.bitwise_count(np.bitwise_xor.outer(i, i)) & 1).astype(float)
+    assert np.linalg.matrix_rank(printed) == 1
+    assert np.linalg.matrix_rank(th.hadamard(features)) == features
+
+
+def _truncated(y, sigma):
+    """u | y for u ~ U[0,1], y = u + ν, ν ~ N(0, σ²): N(y, σ²) truncated to [0, 1] (eq. 26).
+    (Z(y), Var[u|y]) by hand from the standard truncated-normal moments."""
+    lo, hi = -y / sigma, (1 - y) / sigma
+    mass = special.ndtr(hi) - special.ndtr(lo)
+    phi_lo, phi_hi = np.exp(-(lo**2) / 2), np.exp(-(hi**2) / 2)
+    shift = (phi_lo - phi_hi) / np.sqrt(2 * np.pi) / mass
+    spread = (lo * phi_lo - hi * phi_hi) / np.sqrt(2 * np.pi) / mass
+    return np.sqrt(2 * np.pi) * sigma * mass, sigma**2 * (1 + spread - shift**2)
+
+
+def _within_one_sigma(y, sigma):
+    """P[R = 1] = P[|u - y| <= σ | y]."""
+    lo, hi = np.maximum(y - sigma, 0), np.minimum(y + sigma, 1)
+    inside = np.maximum(special.ndtr((hi - y) / sigma) - special.ndtr((lo - y) / sigma), 0)
+    return inside / (special.ndtr((1 - y) / sigma) - special.ndtr(-y / sigma))
+
+
+def test_appendix_d_normaliser_one_sigma_mass_and_conditional_variance():
+    sigmas = np.geomspace(1e-3, 0.2499, 40)[:, None]
+    ys = sigmas + (1 - 2 * sigmas) * np.linspace(0, 1, 201)  # y ∈ [σ, 1 - σ]
+    Z, variance = _truncated(ys, sigmas)
+    # the hand formulas against quadrature and scipy's truncated normal
+    for sigma, y in [(0.2, 0.3), (0.05, 0.05), (0.01, 0.7)]:
+        direct = integrate.quad(lambda x: np.exp(-((x - y) ** 2) / (2 * sigma**2)), 0, 1)[0]
+        assert _truncated(y, sigma)[0] == pytest.approx(direct, rel=1e-10)
+        law = stats.truncnorm(-y / sigma, (1 - y) / sigma, loc=y, scale=sigma)
+        assert _truncated(y, sigma)[1] == pytest.approx(law.var(), rel=1e-9)
+        assert _within_one_sigma(y, sigma) == pytest.approx(
+            law.cdf(y + sigma) - law.cdf(y - sigma), rel=1e-12
+        )
+    # Z(y) < √(2πσ²), for every y: Z/√(2πσ²) is a Gaussian's mass on [0, 1], at most 1 (it
+    # rounds to 1 in float64 for small σ and y inside), and for σ = 1/4 strictly below
+    everywhere = np.linspace(-1, 2, 301)
+    mass = special.ndtr((1 - everywhere) / sigmas) - special.ndtr(-everywhere / sigmas)
+    assert (mass <= 1).all() and (mass[-1] < 1 - 1e-6).all()
+    # P[R = 1] >= erf(2^-1/2) on y ∈ [σ, 1 - σ], reached where the truncation is far ...
+    one_sigma = special.erf(2**-0.5)
+    within = _within_one_sigma(ys, sigmas)
+    # ((y ± σ) - y)/σ loses about eps·y/σ <= 2.2e-16 · 1000 to rounding: allow 1e-12
+    assert within.min() >= one_sigma - 1e-12
+    assert _within_one_sigma(0.5, 0.01) == pytest.approx(one_sigma, abs=1e-12)
+    # ... and failing outside that range, so the condition is needed
+    assert _within_one_sigma(-0.5 * 0.1, 0.1) < one_sigma - 0.1
+    # eq. 28 and the constant it gives: Var[u | R = 1] is N(0, σ²) cut to ±σ, so
+    # C = erf(2^-1/2) (1 - 2φ(1)/erf(2^-1/2)) = erf(2^-1/2) - √(2/π) e^-1/2 ≈ 0.1988
+    inner = sigmas**2 * (1 - 2 * np.exp(-0.5) / np.sqrt(2 * np.pi) / one_sigma)
+    assert (variance >= within * inner * (1 - 1e-12)).all()
+    C = one_sigma - np.sqrt(2 / np.pi) * np.exp(-0.5)
+    assert C == pytest.approx(0.19875, abs=1e-5)
+    ratio = variance / sigmas**2
+    assert ratio.min() >= C
+    # the true constant is larger and does not fall to 0 as σ -> 0: the worst y is the edge
+    # y = σ, and there Var/σ² tends to the variance of N(0, 1) cut below at -1, about 0.630
+    edge = stats.truncnorm(-1, np.inf).var()
+    assert ratio.min() > 0.6 and ratio.min(axis=1)[0] == pytest.approx(edge, rel=1e-6)
+    # and the worst case over y only rises as σ falls (0.616 at σ = 1/4, 0.630 in the limit)
+    assert (np.diff(ratio.min(axis=1)) <= 1e-12).all() and ratio.min() > 0.61
+    # "a trivial scaling argument shows that the variance is proportional to σ²": only up to a
+    # bounded factor that depends on y/σ, not proportional (Var/σ² spans [0.63, 1])
+    assert ratio.max() - ratio.min() > 0.3
+
+
+def test_appendix_d_last_steps_and_the_direction_of_its_first_line():
+    # eq. 30: P[y ∈ [σ, 1 - σ]] falls as σ grows to 1/4, so it is least at σ = 1/4
+    def inside(sigma):
+        u = th.U_NODES
+        cdf = special.ndtr((1 - sigma - u) / sigma) - special.ndtr((sigma - u) / sigma)
+        return th.U_WEIGHTS @ cdf
+
+    sigmas = np.linspace(0.005, 0.25, 50)
+    probabilities = np.array([inside(s) for s in sigmas])
+    assert (np.diff(probabilities) < 0).all() and probabilities[-1] > 0.3
+    C = special.erf(2**-0.5) - np.sqrt(2 / np.pi) * np.exp(-0.5)
+    for sigma in (0.01, 0.05, 0.25):
+        assert th.bayes_on_loss(sigma) >= C * sigma**2 * probabilities[-1]
+    # the first line prints "L ≤ p L_on"; with L = (1 - p) L_off + p L_on and L_off >= 0 it is
+    # L >= p L_on, strictly whenever the off term leaks. Monte Carlo of L for ReLU(a(x+ν)+b)
+    # against p L_on by quadrature, 4 standard errors
+    rng = np.random.default_rng(3)
+    a, b, sigma, p, n = 1.0, 0.0, 0.3, 0.05, 400_000
+    x = np.where(rng.random(n) < p, rng.random(n), 0.0)
+    samples = (x - np.maximum(a * (x + rng.normal(0, sigma, n)) + b, 0)) ** 2
+    standard_error = samples.std() / np.sqrt(n)
+    off, on = th.macroscopic_parts(a, b, sigma)
+    assert off == pytest.approx(sigma**2 / 2, rel=1e-12)  # E ReLU(ν)² by hand
+    assert samples.mean() - p * on > 4 * standard_error + 0.04
+    # and the chain the appendix wants, L >= p L_on >= p E Var(u|y)
+    assert p * on >= p * th.bayes_on_loss(sigma)

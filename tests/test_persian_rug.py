@@ -1002,3 +1002,20 @@ def test_appendix_d_last_steps_and_the_direction_of_its_first_line():
     assert samples.mean() - p * on > 4 * standard_error + 0.04
     # and the chain the appendix wants, L >= p L_on >= p E Var(u|y)
     assert p * on >= p * th.bayes_on_loss(sigma)
+
+
+def test_eq_12_needs_a_constant_of_at_least_root_2_for_eq_13():
+    # with the threshold μ = c σ √log(1/p), eq. 11 bounds the off term by σ²/2 · p^(c²/2); the
+    # exact term is smaller only by a power of log(1/p) (Mills' ratio), so at c = 1 it outgrows
+    # eq. 13's σ² p log(1/p) as p -> 0, while from c = √2 on it stays below σ² p / 2
+    sigma, densities = 0.1, np.geomspace(1e-2, 1e-8, 7)
+
+    def off_term(c, p):
+        return th.macroscopic_parts(1.0, -c * sigma * np.sqrt(np.log(1 / p)), sigma)[0]
+
+    eq13 = sigma**2 * densities * np.log(1 / densities)
+    at_one = np.array([off_term(1.0, p) for p in densities]) / eq13
+    assert (np.diff(at_one) > 0).all()  # the ratio to eq. 13 grows as p falls
+    at_root_two = np.array([off_term(np.sqrt(2), p) for p in densities])
+    assert (at_root_two < sigma**2 * densities / 2).all()
+    assert (np.diff(at_root_two / eq13) < 0).all()  # and its ratio to eq. 13 falls

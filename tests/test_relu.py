@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from toycore.data import SparseUniform
+from toycore.data import SparseUniform, sparse_moments
 from toycore.experiments import relu as ex
 from toycore.models import ToyModel, toy_sample_loss
 from toycore.theory import relu as th
@@ -508,3 +508,142 @@ def test_linear_terms_at_one_are_the_text_linear_expansion():
     )
     losses = toy_sample_loss(W, b, importance, _one_hot_inputs(W.shape[0], n), "linear")
     torch.testing.assert_close(losses.sum(-1), hand_benefit + hand_interference, rtol=1e-10, atol=0)
+
+
+# --- the bias of an unrepresented feature; L_0 and L_1 as S -> 1 -----------------------------
+
+
+def test_unrepresented_feature_bias_is_best_at_the_mean_and_a_closed_relu_pays_its_square():
+    """With W_i = 0 the output y_i = ReLU(b_i) is a constant, so feature i's own loss term is
+    I_i E[(x_i - ReLU(b_i))^2] = I_i (Var x_i + (E x_i - ReLU(b_i))^2), with E x_i = (1-S)/2 and
+    E x_i^2 = (1-S)/3 by hand from the data law: least at b_i = E x_i, and every b_i <= 0 (a
+    closed ReLU) pays exactly I_i (E x_i)^2 = I_i (1-S)^2/4 more. Checked on the model's own
+    loss exactly (x_i integrated: a mass S at 0 and 2-point Gauss-Legendre on [0, 1], exact for
+    the quadratic, the other features fixed at random) and by Monte Carlo within 4 s.e."""
+    n, i = 5, 2
+    W, b, importance = random_model(features=n, hidden=2, instances=3, seed=7)
+    W[:, :, i] = 0  # feature i unrepresented; the others arbitrary
+    S = torch.tensor([0.0, 0.6, 0.95], dtype=DTYPE)
+    mean, square = (1 - S) / 2, (1 - S) / 3
+    variance = square - mean**2
+    I_i = importance[:, i]
+    own = torch.zeros_like(importance)
+    own[:, i] = I_i  # toy_sample_loss with this importance is feature i's term alone
+    rest = importance.clone()
+    rest[:, i] = 0
+
+    def with_bias(value):  # b with b_i replaced, per instance
+        changed = b.clone()
+        changed[:, i] = value
+        return changed
+
+    def closed_form(value):
+        return I_i * (variance + (mean - torch.relu(torch.as_tensor(value, dtype=DTYPE))) ** 2)
+
+    # exact: feature i's term of the total loss, x_i integrated out, for random other features
+    nodes, weights = np.polynomial.legendre.leggauss(2)
+    context = SparseUniform([0, 1, 2], n, S.tolist(), dtype=DTYPE, device="cpu").sample(16)
+    context[..., i] = 0.0
+
+    def exact(value):
+        bias = with_bias(value)
+        total = S[:, None] * toy_sample_loss(W, bias, importance, context)
+        for node, weight in zip((nodes + 1) / 2, weights / 2):
+            x = context.clone()
+            x[..., i] = node
+            total += (1 - S[:, None]) * weight * toy_sample_loss(W, bias, importance, x)
+        return total - toy_sample_loss(W, bias, rest, context)  # (instances, contexts)
+
+    biases = [-2.0, -0.3, 0.0, 0.1, 0.7, mean]
+    for value in biases:
+        expected = closed_form(value)[:, None].expand(3, 16)
+        torch.testing.assert_close(exact(value), expected, rtol=1e-12, atol=1e-15)
+    # the minimum over a grid of b_i (step 0.005) is the grid point nearest E x_i
+    grid = torch.linspace(-0.5, 1.0, 301, dtype=DTYPE)
+    on_grid = torch.stack([exact(value)[:, 0] for value in grid])  # (grid, instances)
+    nearest = (grid[:, None] - mean).abs().argmin(0)
+    assert torch.equal(on_grid.argmin(0), nearest)
+    # a closed ReLU: the same loss for every b_i <= 0, I_i (1-S)^2/4 above the optimum
+    at_best = exact(mean)
+    for value in (-2.0, -0.3, 0.0):
+        assert torch.equal(exact(value), exact(-1.0))
+        torch.testing.assert_close(
+            exact(value) - at_best,
+            (I_i * (1 - S) ** 2 / 4)[:, None].expand(3, 16),
+            rtol=1e-12,
+            atol=1e-15,
+        )
+    # Monte Carlo on the data law: the isolated term, and (common random numbers) the total
+    # loss's rise from b_i = E x_i to b_i = -0.3
+    x = SparseUniform([3, 4, 5], n, S.tolist(), dtype=DTYPE, device="cpu").sample(200_000)
+    for value in biases:
+        terms = toy_sample_loss(W, with_bias(value), own, x)
+        error = terms.std(-1) / terms.shape[-1] ** 0.5
+        assert torch.all((terms.mean(-1) - closed_form(value)).abs() < 4 * error)
+    rise = toy_sample_loss(W, with_bias(-0.3), importance, x) - toy_sample_loss(
+        W, with_bias(mean), importance, x
+    )
+    error = rise.std(-1) / rise.shape[-1] ** 0.5
+    assert torch.all(error > 0)  # at S = 0.95 too the rise is not a constant
+    assert torch.all((rise.mean(-1) - I_i * (1 - S) ** 2 / 4).abs() < 4 * error)
+
+
+def test_l0_and_l1_dominate_a_fixed_model_as_sparsity_goes_to_one():
+    """One fixed model (n = 6, m = 2), L_0 and L_1 exact, L_k (k >= 2) estimated once, summed
+    over the C(n, k) patterns. With w_k = (1-S)^k S^(n-k) (toycore's pattern_weights) and
+    r = (1-S)/S, w_k / w_1 = r^(k-1), so the share of the k >= 2 terms in L is at most
+    Σ_{k>=2} w_k L_k / (w_1 L_1) <= M r / (1 - r), M = max_{k>=2} L_k / L_1 (for S > 1/2). And it
+    falls as S rises: Σ_{k>=2} r^k L_k / (L_0 + r L_1) rises with r, term by term."""
+    n = 6
+    W, b, importance = random_model(features=n, hidden=2, instances=1, seed=8)
+    assert torch.any(b > 0)  # L_0 > 0
+    L = torch.zeros(n + 1, dtype=DTYPE)
+    L[0] = th.zero_input_loss(b, importance)[0]
+    benefit, interference = th.one_sparse_terms(W, b, importance)
+    L[1] = benefit.sum() + interference.sum()
+    g = torch.Generator().manual_seed(0)
+    for k in range(2, n + 1):
+        for pattern in itertools.combinations(range(n), k):
+            x = torch.zeros(1, 4000, n, dtype=DTYPE)
+            x[0][:, list(pattern)] = torch.rand(4000, k, generator=g, dtype=DTYPE)
+            L[k] += toy_sample_loss(W, b, importance, x).mean()
+    assert torch.all(L > 0)
+    sparsities = [0.9, 0.99, 0.999, 0.9999]
+    weights = th.pattern_weights(n, torch.tensor(sparsities, dtype=DTYPE))  # (4, n + 1)
+    terms = weights * L
+    share = terms[:, :2].sum(-1) / terms.sum(-1)
+    # (a) the share of L_0 + L_1 rises towards 1, within the bound from the weights
+    assert torch.all(share.diff() > 0) and torch.all(share < 1)
+    M = (L[2:] / L[1]).max().item()
+    for S, s in zip(sparsities, share.tolist()):
+        r = (1 - S) / S
+        assert 1 - s <= sum(r ** (k - 1) * (L[k] / L[1]).item() for k in range(2, n + 1))
+        assert 1 - s <= M * r / (1 - r)
+    # (b) relative to L_1, the k = 2 term is ((1-S)/S) L_2 / L_1 exactly: it vanishes like 1 - S
+    for row, S in enumerate(sparsities):
+        ratio = (terms[row, 2] / terms[row, 1]).item()
+        assert ratio == pytest.approx((1 - S) / S * (L[2] / L[1]).item(), rel=1e-12, abs=0)
+
+
+def test_with_equal_importances_a_linear_optimum_can_represent_more_than_m_features():
+    """The count reading of 'never worthwhile to represent more features than dimensions' needs
+    distinct importances: with equal ones every rank-m projection Wᵀ W = Q Qᵀ (Q: n × m, with
+    orthonormal columns) is optimal, with the best bias, and one that lies between the axes gives
+    more than m columns a norm above 0.5 while its rank stays m."""
+    n, m, sparsity = 5, 2, 0.9
+    equal = torch.ones(1, n, dtype=DTYPE)
+    # the plane spanned by (1, 1, 1, 0, 0) and (0, 0, 1, 1, 1), orthonormalised
+    Q, _ = torch.linalg.qr(torch.tensor([[1, 1, 1, 0, 0], [0, 0, 1, 1, 1]], dtype=DTYPE).T)
+    W = Q.T[None]  # (1, m, n): Wᵀ W = Q Qᵀ, a projection of rank m
+    residual = torch.eye(n, dtype=DTYPE) - W[0].T @ W[0]
+    best_bias = (residual.sum(-1) * sparse_moments(sparsity)["mean"])[None]
+    loss = th.linear_loss(W, best_bias, equal, sparsity)
+    optimum = th.linear_optimum(equal, m, sparsity)
+    torch.testing.assert_close(loss, optimum, rtol=1e-12, atol=0)
+    assert int(ex.represented_count(W)) > m  # more than m columns with |W_i| > 0.5
+    assert torch.linalg.matrix_rank(W[0]) == m
+    # with distinct importances the same W is no longer optimal: only the top-m axes are
+    distinct = 0.8 ** torch.arange(n, dtype=DTYPE)[None]
+    assert th.linear_loss(W, best_bias, distinct, sparsity) > th.linear_optimum(
+        distinct, m, sparsity
+    ) * (1 + 1e-3)

@@ -614,3 +614,97 @@ def test_untied_start_scale_and_the_decay_over_a_run():
     assert (1 - 1e-3 * decay) ** 7500 == pytest.approx(np.exp(-ex.DECAY_OVER_RUN), rel=0.01)
     with pytest.raises(ValueError, match="lr"):
         ex.decay_over_run(0.0, 7500)
+
+
+def test_an_euler_step_changes_the_l1_norm_by_appendix_b_s_rate():
+    # On the survivors the step is w -> w + dt((1 - |w|²) w - λ), affine, so summing it gives
+    # |w(t+dt)|_1 - |w(t)|_1 = dt[(1 - |w|²)|w|_1 - λ m'] exactly, Appendix B's first line times
+    # -dt; a coordinate the step takes to or below 0 is set to 0, adding back minus its value
+    m, l1, dt = 200, 1e-3, 0.5
+    path = ex.euler_sparsification(ex.initial_encoding(m, 0), l1, dt, int(2 / (l1 * dt)))
+    eps = np.finfo(float).eps
+    for now, after in zip(path[:-1], path[1:]):
+        alive = now > 0
+        norm, l1_norm, survivors = now @ now, now.sum(), alive.sum()
+        moved = now[alive] + dt * ((1 - norm) * now[alive] - l1)
+        clipped = moved[moved <= 0].sum()
+        change = after.sum() - l1_norm
+        rate = dt * ((1 - norm) * l1_norm - l1 * survivors)
+        # two sums of m terms and a few products: within 4 m eps |w|_1
+        assert abs(change - (rate - clipped)) <= 4 * m * eps * l1_norm
+    assert (path[-1] > 0).sum() == 1 and (path[0] > 0).sum() == m  # steps with and without drops
+
+
+def test_appendix_b_s_variance_form_holds_exactly_on_the_balance_condition_only():
+    # λm' - (1 - |w|²)|w|_1 = λ m'² Var[X]/|w|² (X: a survivor, population variance) needs
+    # 1 - |w|² = λ|w|_1/|w|²; by hand, in general
+    #   λm' - g|w|_1 = λ m'² Var[X]/|w|² - (|w|_1/|w|²) B,  B = g|w|² - λ|w|_1 = ½ d|w|²/dt
+    rng = np.random.default_rng(0)
+    l1 = 1e-3
+    for size in (1, 2, 7, 200, 1000):
+        for w in (np.abs(rng.normal(size=size)), rng.exponential(size=size), rng.random(size) + 1):
+            m, l1_norm, norm, var = len(w), w.sum(), w @ w, w.var()
+            balanced = l1 * l1_norm / norm
+            text = l1 * m**2 * var / norm
+            assert l1 * m - balanced * l1_norm == pytest.approx(text, rel=1e-12, abs=1e-15 * l1 * m)
+            g = rng.normal()
+            B = g * norm - l1 * l1_norm
+            assert l1 * m - g * l1_norm == pytest.approx(
+                text - l1_norm / norm * B, rel=1e-12, abs=1e-12 * (l1 * m + abs(g) * l1_norm)
+            )
+    # along a run the gap is -(|w|_1/|w|²) B. On B = 0, dB/dt = λ² m'² Var[X]/|w|² >= 0, so once
+    # |w|² grows it keeps growing and the text's rate overestimates the true one (seed 0 starts
+    # above the balance, |w(0)|² > 1, where the sign is the other way)
+    m, dt = 200, 0.5
+    path = ex.euler_sparsification(ex.initial_encoding(m, 0), l1, dt, int(2 / (l1 * dt)))
+    survivors = (path > 0).sum(1)
+    several = survivors >= 2
+    l1_norm, norm = path.sum(1)[several], (path**2).sum(1)[several]
+    var = np.array([w[w > 0].var() for w in path[several]])
+    B = (1 - norm) * norm - l1 * l1_norm
+    true_rate = l1 * survivors[several] - (1 - norm) * l1_norm
+    text_rate = l1 * survivors[several] ** 2 * var / norm
+    first = np.argmax(B > 0)
+    assert B[0] < 0 and true_rate[0] > text_rate[0]
+    assert np.all(B[first:] > 0) and np.all(true_rate[first:] < text_rate[first:])
+
+
+def test_the_survivor_count_is_the_l1_proxy_times_one_plus_the_relative_variance():
+    # by hand: E[X] = |w|_1/m', E[X²] = |w|²/m', so 1 + Var/E² = m'|w|²/|w|_1², that is
+    # m' = (1 + Var[X]/E[X]²) |w|_1²/|w|²; the text's m' ≈ |w|_1² drops both factors
+    rng = np.random.default_rng(1)
+    for size in (1, 2, 7, 200, 1000):
+        for w in (np.abs(rng.normal(size=size)), rng.exponential(size=size), rng.random(size) + 1):
+            rv = w.var() / w.mean() ** 2
+            assert (1 + rv) * w.sum() ** 2 / (w @ w) == pytest.approx(size, rel=1e-12)
+            assert th.relative_variance(w) == pytest.approx(rv, rel=1e-12, abs=1e-15)
+    # along a fast run (prefix sums of a w_k(0) + b, which cancel: float precision to 1e-9)
+    run = ex.simulate_sparsification(ex.initial_encoding(200, 0), 1e-3, 0.5, 4000)
+    identity = (1 + ex.survivors_relative_variance(run)) * run.l1_norm**2 / run.norm
+    np.testing.assert_allclose(identity, run.nonzero, rtol=1e-9)
+    assert run.nonzero[0] == 200 and run.nonzero[-1] == 1
+
+
+def test_appendix_b_s_gamma_follows_its_ode_along_a_run():
+    # γ(t) = (1 - W_k(t)/W_1(t)) / (1 - W_k(0)/W_1(0)) with W_1 the largest weight, here from the
+    # second largest; the text's dγ/dt = (λ/W_1) γ. On Euler, W_1 -> c W_1 - dt λ and
+    # W_1 - W_k -> c (W_1 - W_k), c = 1 + dt(1 - |w|²), so the forward difference is
+    # (λ/W_1) γ / (c - dt λ/W_1): within 2 dt (|1 - |w|²| + λ/W_1) of the ODE's side
+    m, l1, dt = 200, 1e-3, 0.05
+    initial = ex.initial_encoding(m, 0)
+    steps = int(2 / (l1 * dt))
+    path = ex.euler_sparsification(initial, l1, dt, steps)
+    first, second = np.argsort(initial)[::-1][:2]
+    w1, w2 = path[:, first], path[:, second]
+    gamma = (1 - w2 / w1) / (1 - w2[0] / w1[0])
+    n = np.flatnonzero(w2[1:] > 0)  # both alive at steps n and n + 1
+    difference = (gamma[n + 1] - gamma[n]) / dt
+    ode = l1 / w1[n] * gamma[n]
+    norm = (path[n] ** 2).sum(1)
+    assert np.all(np.abs(difference / ode - 1) <= 2 * dt * (np.abs(1 - norm) + l1 / w1[n]))
+    assert gamma[n[-1]] > 5  # γ has grown far from 1 before W_2 dies
+    # the same γ is the fast run's a(t) W_1(0)/W_1(t), as w_k = W_1 (1 - γ) + γ W_1/W_1(0) w_k(0)
+    run = ex.simulate_sparsification(initial, l1, dt, steps)
+    top = run.scale * run.initial[0] + run.shift
+    np.testing.assert_allclose((run.scale * run.initial[0] / top)[n], gamma[n], rtol=1e-9)
+    np.testing.assert_allclose(run.shift[n], (w1 * (1 - gamma))[n], rtol=1e-9)

@@ -455,3 +455,156 @@ def test_one_bipolar_step_favours_the_sparser_rotation_of_a_lone_encoding_as_app
     assert exact < 0
     term = [th.sparsity_term(f, "bipolar", sigma, lr, hidden=hidden, order=3) for f in fourth]
     assert exact == pytest.approx(term[0] - term[1], rel=0.25)
+
+
+# --- appendix C's gradient with the two copies of W told apart, and the fresh noise's term ------
+# Three unit encodings at 120° in a random plane of R⁴: W_i·W_j = -1/2 and |W_j|₁ ≤ 2, so for
+# σ = 0.1 the cross outputs W_j·(W_i + ξ) ≤ -1/2 + |W_j|₁ max_k |ξ_k| stay below 0 (no
+# interference) and the diagonal 1 + W_i·ξ above 0 for every bipolar ξ: the appendix's
+# assumptions, asserted draw by draw (also for the few Gaussian draws, which could in principle
+# break them). Quantities are O(1) float64 sums of a few terms: equal means within 1e-13.
+
+
+def _appendix_c_encodings(seed=61):
+    """(3, 4): unit rows with pairwise dot products -1/2, in a random plane (no zero entries)."""
+    angles = torch.tensor([0.0, 2 * np.pi / 3, 4 * np.pi / 3], dtype=torch.float64)
+    plane = torch.stack([angles.cos(), angles.sin(), torch.zeros(3), torch.zeros(3)], 1)
+    return plane @ _orthogonal(4, seed).to(torch.float64)
+
+
+def _appendix_c_draws(sigma, seed=62):
+    """Every bipolar ξ ∈ {±σ}⁴, then eight Gaussian draws: (24, 4)."""
+    signs = torch.tensor(list(itertools.product((-1.0, 1.0), repeat=4)), dtype=torch.float64)
+    g = torch.Generator().manual_seed(seed)
+    return torch.cat([sigma * signs, sigma * torch.randn(8, 4, generator=g, dtype=torch.float64)])
+
+
+def _untied_input_loss(W_e, W_d, i, xi):
+    """The loss on input e_i with the encoder and decoder copies told apart, written by hand:
+    h = (W^e)ᵀ e_i + ξ = W^e_i + ξ, y = ReLU(W^d h), L = ‖y - e_i‖²."""
+    h = W_e[i] + xi
+    y = torch.relu(W_d @ h)
+    return (y - torch.eye(W_e.shape[0], dtype=W_e.dtype)[i]).square().sum()
+
+
+def test_appendix_c_decoder_and_encoder_gradients_separately_and_their_sum_is_the_models():
+    W, sigma = _appendix_c_encodings(), 0.1
+    features = W.shape[0]
+    torch.testing.assert_close(
+        W.norm(dim=1), torch.ones(3, dtype=torch.float64), rtol=0, atol=1e-15
+    )
+    torch.testing.assert_close(
+        W @ W.T, 1.5 * torch.eye(3, dtype=torch.float64) - 0.5, rtol=0, atol=1e-15
+    )
+    assert (W != 0).all()
+    tol = dict(rtol=0, atol=1e-13)
+    draws = _appendix_c_draws(sigma)
+    step_loss, step_grad = _step_losses(W.expand(len(draws), -1, -1), draws)
+    for xi, loss, grad in zip(draws, step_loss, step_grad):
+        P = W @ W.T + (W @ xi)[:, None]  # P_ji: output j on input e_i
+        assert (P.diagonal() > 0.5).all()  # the ReLU passes on the input's own output
+        off = P - torch.diag(P.diagonal())
+        assert (off < -0.1).sum() == features * (features - 1)  # ... and on no other
+        total_d = torch.zeros_like(W)
+        total_e = torch.zeros_like(W)
+        total_loss = 0.0
+        for i in range(features):
+            W_e = W.clone().requires_grad_()
+            W_d = W.clone().requires_grad_()
+            L = _untied_input_loss(W_e, W_d, i, xi)
+            grad_e, grad_d = torch.autograd.grad(L, (W_e, W_d))
+            projection = W[i] @ xi  # W_i·ξ = ε_i, the error on output i
+            assert L.item() == pytest.approx(projection.item() ** 2, abs=1e-15)
+            others = [j for j in range(features) if j != i]
+            # ∂L/∂W^d_i = 2(W_i·ξ)(W_i + ξ); no other decoder row moves
+            torch.testing.assert_close(grad_d[i], 2 * projection * (W[i] + xi), **tol)
+            assert grad_d[others].abs().max() < 1e-15
+            # ∂L/∂W^e_i = 2(W_i·ξ) W_i; no other encoder row moves
+            torch.testing.assert_close(grad_e[i], 2 * projection * W[i], **tol)
+            assert grad_e[others].abs().max() < 1e-15
+            # together 2(W_i·ξ)(2W_i + ξ), toycore's one_input_gradient
+            torch.testing.assert_close(
+                grad_d[i] + grad_e[i], th.one_input_gradient(W[i], xi), **tol
+            )
+            # not vacuous: both halves are there
+            assert grad_e[i].norm() > 1e-3 * sigma and (grad_d[i] - grad_e[i]).norm() > 1e-3 * sigma
+            total_d += grad_d
+            total_e += grad_e
+            total_loss += L.item()
+        # the training step sums the n inputs with the two copies tied: its gradient is the sum
+        # of the decoder and encoder gradients, row i being input i's alone
+        assert loss.item() == pytest.approx(total_loss, abs=1e-13)
+        torch.testing.assert_close(grad, total_d + total_e, **tol)
+        torch.testing.assert_close(grad, th.one_input_gradient(W, xi), **tol)
+
+
+def test_appendix_c_gradients_need_unit_encodings_the_error_is_the_general_factor():
+    """Off ‖W_i‖ = 1 the error on output i is ε_i = ‖W_i‖² - 1 + W_i·ξ, not W_i·ξ: the split
+    2ε_i(W_i + ξ) + 2ε_i W_i holds, the appendix's 2(W_i·ξ)(2W_i + ξ) does not."""
+    W, sigma = 1.1 * _appendix_c_encodings(), 0.1
+    draws = _appendix_c_draws(sigma)
+    _, step_grad = _step_losses(W.expand(len(draws), -1, -1), draws)
+    for xi, grad in zip(draws, step_grad):
+        for i in range(3):
+            W_e = W.clone().requires_grad_()
+            W_d = W.clone().requires_grad_()
+            grad_e, grad_d = torch.autograd.grad(_untied_input_loss(W_e, W_d, i, xi), (W_e, W_d))
+            error = W[i] @ W[i] - 1 + W[i] @ xi
+            torch.testing.assert_close(grad_d[i], 2 * error * (W[i] + xi), rtol=0, atol=1e-13)
+            torch.testing.assert_close(grad_e[i], 2 * error * W[i], rtol=0, atol=1e-13)
+            torch.testing.assert_close(grad[i], grad_d[i] + grad_e[i], rtol=0, atol=1e-13)
+            assert (grad[i] - th.one_input_gradient(W[i], xi)).norm() > 0.1
+
+
+def test_the_fresh_noise_term_is_sigma_squared_times_the_stepped_norm_exactly():
+    """E_ξ′[(W′·ξ′)²] = W′ᵀ E[ξ′ξ′ᵀ] W′ = σ²‖W′‖² for W′ = W_i - 2η(W_i·ξ)(2W_i + ξ), any W′:
+    exactly by enumerating bipolar ξ′ ∈ {±σ}⁴, and for Gaussian ξ′ by a 3-point Gauss–Hermite
+    rule per coordinate, exact for the degree-2 polynomial (the 2-point rule is ±1 with weights
+    ½: bipolar enumeration itself). Through the model, the expected next-step loss on the data set
+    splits as the text says: Σ_i (‖W′_i‖² - 1)² + σ²‖W′_i‖², the cross term averaging to 0."""
+    W, sigma, lr = _appendix_c_encodings(), 0.1, 0.05
+    draws = _appendix_c_draws(sigma)
+    _, grads = _step_losses(W.expand(len(draws), -1, -1), draws)
+    stepped = W - lr * grads  # (draws, 3, 4): one SGD step per old ξ
+    for xi, W_next in zip(draws, stepped):
+        torch.testing.assert_close(
+            W_next, W - 2 * lr * (W @ xi)[:, None] * (2 * W + xi), rtol=0, atol=1e-14
+        )
+    norms = stepped.square().sum(-1)  # ‖W′_i‖², (draws, 3)
+    assert (norms - 1).abs().max() > 1e-3  # the step does change the norms
+
+    bipolar = sigma * torch.tensor(
+        list(itertools.product((-1.0, 1.0), repeat=4)), dtype=torch.float64
+    )
+    nodes, weights = np.polynomial.hermite_e.hermegauss(3)  # ∫ f(z) e^{-z²/2} dz
+    weights = weights / weights.sum()  # against N(0, 1): 2/3 at 0, 1/6 at ±√3
+    grid = torch.tensor(list(itertools.product(nodes, repeat=4)), dtype=torch.float64)
+    gaussian = sigma * grid
+    gaussian_w = torch.tensor(
+        [np.prod(p) for p in itertools.product(weights, repeat=4)], dtype=torch.float64
+    )
+    assert gaussian_w.sum().item() == pytest.approx(1, abs=1e-15)
+    identity = sigma**2 * torch.eye(4, dtype=torch.float64)
+    # the covariance both laws share, E ξ′ξ′ᵀ = σ² I, which is all the identity uses
+    torch.testing.assert_close(bipolar.T @ bipolar / len(bipolar), identity, rtol=0, atol=1e-15)
+    torch.testing.assert_close(
+        gaussian.T @ (gaussian_w[:, None] * gaussian), identity, rtol=0, atol=1e-15
+    )
+    # and the Gaussian rule is exact for the fourth moment too, unlike bipolar: 3σ⁴ against σ⁴
+    assert (gaussian_w * gaussian[:, 0] ** 4).sum().item() == pytest.approx(3 * sigma**4, rel=1e-12)
+    assert (bipolar[:, 0] ** 4).mean().item() == pytest.approx(sigma**4, rel=1e-12)
+
+    projections = stepped @ bipolar.T  # (draws, 3, 16): W′_i·ξ′
+    torch.testing.assert_close(projections.square().mean(-1), sigma**2 * norms, rtol=1e-12, atol=0)
+    projections = stepped @ gaussian.T
+    torch.testing.assert_close(
+        (projections.square() * gaussian_w).sum(-1), sigma**2 * norms, rtol=1e-12, atol=0
+    )
+    # through the model's own step, over every fresh bipolar ξ′ (the ReLUs as assumed throughout)
+    for W_next, norm in zip(stepped, norms):
+        P = W_next @ W_next.T + (bipolar @ W_next.T)[:, :, None]  # (16, 3, 3)
+        assert (P.diagonal(dim1=-2, dim2=-1) > 0).all()
+        assert (P - torch.diag_embed(P.diagonal(dim1=-2, dim2=-1)) < 0).sum() == 16 * 6
+        losses, _ = _step_losses(W_next.expand(len(bipolar), -1, -1), bipolar)
+        split = ((norm - 1) ** 2 + sigma**2 * norm).sum()
+        assert losses.mean().item() == pytest.approx(split.item(), rel=1e-12)

@@ -383,3 +383,119 @@ def test_the_index_set_of_a_projection_is_the_eigenvectors_it_keeps(sigma):
     A, B = th.critical_point(eigenvectors, (1, 3))
     assert th.projection_index_set(eigenvectors, A @ B) == (1, 3)
     assert th.projection_index_set(eigenvectors, torch.zeros(5, 5)) == ()
+
+
+# --- §2.2 with tied weights A = Bᵀ = Wᵀ: where (22) stops and where the tied loss is critical ---
+# The tied loss E‖x - WᵀWx‖² is written by hand from the samples behind ``sigma`` and
+# differentiated by autograd; every quantity is O(1) and built from a few hundred float64 terms,
+# so "vanishes" and "equals" mean within 1e-13 (hundreds of ulps), fixed before any run.
+
+
+def _tied_loss_and_gradient(x, W):
+    """mean_t ‖x_t - WᵀW x_t‖², and its gradient in W by autograd, both from the samples x."""
+    W = W.detach().clone().requires_grad_()
+    loss = (x - x @ W.T @ W).pow(2).sum(1).mean()  # rows: x_tᵀ (WᵀW)ᵀ = x_tᵀ WᵀW
+    (gradient,) = torch.autograd.grad(loss, W)
+    return loss.item(), gradient
+
+
+def _orthogonal_d(d, seed):
+    Q, _ = torch.linalg.qr(torch.randn(d, d, generator=torch.Generator().manual_seed(seed)))
+    return Q
+
+
+def test_the_tied_minimum_U_top_T_is_a_fixed_point_of_22_and_a_critical_point_of_the_tied_loss(
+    samples,
+):
+    x = samples
+    sigma = x.T @ x / x.shape[0]
+    eigenvalues, U = th.eigh_descending(sigma)
+    assert (eigenvalues[:-1] - eigenvalues[1:]).min() > 1e-3  # distinct: the top set is unique
+    d = 2
+    minimum = (torch.trace(sigma) - eigenvalues[:d].sum()).item()
+    C = _orthogonal_d(d, 12)
+    torch.testing.assert_close(C @ C.T, torch.eye(d), rtol=0, atol=1e-15)
+    for W in (U[:, :d].T, C @ U[:, :d].T):
+        torch.testing.assert_close(W @ W.T, torch.eye(d), rtol=0, atol=1e-14)
+        # (a) the right side of (22), toycore's and by hand
+        assert th.tied_flow(W, sigma).abs().max() < 1e-13
+        assert (W @ (sigma - W.T @ W @ sigma)).abs().max() < 1e-13
+        # (b) the tied loss's own gradient, by autograd of the loss written from the samples
+        loss, gradient = _tied_loss_and_gradient(x, W)
+        assert gradient.abs().max() < 1e-13
+        assert th.tied_gradient_flow(W, sigma).abs().max() < 1e-13
+        # (c) its value is trΣ - (λ_1 + ... + λ_d), the untied minimum of Corollary 2
+        assert loss == pytest.approx(minimum, abs=1e-13)
+        assert th.linear_loss(W.T, W, sigma).item() == pytest.approx(minimum, abs=1e-13)
+    # not vacuous: a generic W (not orthonormal) moves under (22) and has a gradient
+    W = torch.randn(d, 5, generator=torch.Generator().manual_seed(13))
+    assert th.tied_flow(W, sigma).abs().max() > 1e-3
+    assert _tied_loss_and_gradient(x, W)[1].abs().max() > 1e-3
+
+
+def test_every_eigen_subspace_is_a_fixed_point_of_22_with_loss_above_the_minimum_by_the_gap(
+    samples,
+):
+    x = samples
+    sigma = x.T @ x / x.shape[0]
+    eigenvalues, U = th.eigh_descending(sigma)
+    for d in (1, 2, 3):
+        top = eigenvalues[:d].sum().item()
+        minimum = _tied_loss_and_gradient(x, U[:, :d].T)[0]
+        C = _orthogonal_d(d, 20 + d)
+        others = [J for J in itertools.combinations(range(5), d) if J != tuple(range(d))]
+        assert len(others) == len(th.index_sets(5, d)) - 1
+        for J in others:
+            for W in (U[:, list(J)].T, C @ U[:, list(J)].T):
+                # (d) (22) stops here too, and so does the tied loss's gradient: WᵀW = U_J U_Jᵀ
+                # commutes with Σ, so the decoder half W(Σ - ΣWᵀW) that (22) drops is 0 as well
+                assert (W @ (sigma - W.T @ W @ sigma)).abs().max() < 1e-13
+                assert th.tied_flow(W, sigma).abs().max() < 1e-13
+                loss, gradient = _tied_loss_and_gradient(x, W)
+                assert gradient.abs().max() < 1e-13
+                # ... but the loss is higher, by exactly Σ_{i ≤ d} λ_i - Σ_{j ∈ J} λ_j > 0
+                gap = top - eigenvalues[list(J)].sum().item()
+                assert gap > 1e-4
+                assert loss - minimum == pytest.approx(gap, abs=1e-13)
+                assert loss == pytest.approx(th.critical_loss(eigenvalues, J).item(), abs=1e-13)
+
+
+def test_any_orthonormal_rows_stop_22_whatever_the_row_space_but_the_tied_loss_moves_on(samples):
+    """(e) WWᵀ = I gives W(Σ - WᵀWΣ) = WΣ - (WWᵀ)WΣ = 0 for any Σ: the chapter's "every W with
+    orthonormal rows is a fixed point of (22), whatever its row space" is literally true. The tied
+    loss's gradient -2[W(Σ - WᵀWΣ) + W(Σ - ΣWᵀW)] then reduces to its decoder half, which
+    vanishes only when the row space is Σ-invariant (WᵀW commutes with Σ)."""
+    x = samples
+    sigma = x.T @ x / x.shape[0]
+    eigenvalues, U = th.eigh_descending(sigma)
+    g = torch.Generator().manual_seed(14)
+    for d in (1, 2, 3, 4):
+        Q, _ = torch.linalg.qr(torch.randn(5, d, generator=g))
+        W = Q.T
+        torch.testing.assert_close(W @ W.T, torch.eye(d), rtol=0, atol=1e-14)
+        assert (W @ sigma - (W @ W.T) @ W @ sigma).abs().max() < 1e-13
+        assert (W @ (sigma - W.T @ W @ sigma)).abs().max() < 1e-13
+        # a generic row space is not Σ-invariant, and there the tied loss is not critical
+        P = W.T @ W
+        commutator = (P @ sigma - sigma @ P).abs().max()
+        assert commutator > 1e-3
+        _, gradient = _tied_loss_and_gradient(x, W)
+        torch.testing.assert_close(gradient, -2 * W @ (sigma - sigma @ P), rtol=0, atol=1e-13)
+        torch.testing.assert_close(
+            th.tied_gradient_flow(W, sigma), -gradient / 2, rtol=0, atol=1e-13
+        )
+        assert gradient.abs().max() > 1e-3
+    # a continuum of fixed points: rows cos θ u_1 + sin θ u_3 and u_2 (the text's numbering) are
+    # orthonormal for every θ; the loss slides from the minimum (θ = 0) to the saddle of {2, 3}
+    # (θ = π/2) as trΣ - λ_2 - cos²θ λ_1 - sin²θ λ_3, critical only at the two ends
+    for theta in np.linspace(0, np.pi / 2, 7):
+        c, s = np.cos(theta), np.sin(theta)
+        W = torch.stack([c * U[:, 0] + s * U[:, 2], U[:, 1]])
+        assert th.tied_flow(W, sigma).abs().max() < 1e-13
+        loss, gradient = _tied_loss_and_gradient(x, W)
+        expected = torch.trace(sigma) - eigenvalues[1] - c**2 * eigenvalues[0]
+        assert loss == pytest.approx((expected - s**2 * eigenvalues[2]).item(), abs=1e-13)
+        if 0 < theta < np.pi / 2 - 1e-9:
+            assert gradient.abs().max() > 1e-4
+        else:
+            assert gradient.abs().max() < 1e-13

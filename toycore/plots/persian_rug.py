@@ -3,6 +3,7 @@
 import re
 
 import numpy as np
+from matplotlib import colormaps
 
 from ..theory import persian_rug as th
 from . import figure, label_log_axis
@@ -31,24 +32,35 @@ def rug(R, title="Figure 1: a Persian rug"):
     return fig
 
 
-def loss_curves(grid, rug_ratios, rug_losses, finite_rug=None):
-    """Figure 2: loss against nd/ns, one panel per p: trained models (mean ± sd over the seeds
-    the stopping rule stopped),
-    the Persian rug (large-ns theory; dots: a finite rug measured on data) and the exact optimal
-    linear model."""
-    panels = len(grid.densities)
-    fig, axes = figure(panels, width=3.0, height=2.9)
-    ratios = grid.hidden / grid.features
-    for k, (ax, p) in enumerate(zip(np.atleast_1d(axes), grid.densities)):
-        loss = np.where(grid.converged[k], grid.loss[k], np.nan)  # models the rule stopped
+def loss_curves(grids, rug_ratios, rug_losses, finite_rug=None):
+    """Figure 2: loss against nd/ns, one panel per p: trained models of every grid size (the
+    largest as mean ± sd over the seeds the stopping rule stopped, the smaller ones as means,
+    lighter), the Persian rug (large-ns theory; crosses: a finite rug measured on data) and the
+    exact optimal linear model. ``grids``: the grids of one (p, nd/ns) plan, smallest first."""
+    largest = grids[-1]
+    fig, axes = figure(len(largest.densities), width=3.0, height=2.9)
+    shades = np.linspace(0.35, 0.8, max(len(grids) - 1, 1))  # lighter for smaller ns
+    for k, (ax, p) in enumerate(zip(np.atleast_1d(axes), largest.densities)):
+        for grid, shade in zip(grids[:-1], shades[::-1]):
+            loss = np.where(grid.converged[k], grid.loss[k], np.nan)  # models the rule stopped
+            ax.plot(
+                grid.hidden / grid.features,
+                np.nanmean(loss, -1),
+                "o",
+                ms=3.5,
+                mfc="none",
+                color=colormaps["Blues"](1 - shade),
+                label=f"trained, ns = {grid.features}",
+            )
+        loss = np.where(largest.converged[k], largest.loss[k], np.nan)
         ax.errorbar(
-            ratios,
+            largest.hidden / largest.features,
             np.nanmean(loss, -1),
             yerr=np.nanstd(loss, -1),
             fmt="o",
             ms=4,
             color="C0",
-            label=f"trained, ns = {grid.features}",
+            label=f"trained, ns = {largest.features}",
         )
         ax.plot(rug_ratios, rug_losses[k], color="C3", label="Persian rug (ns → ∞)")
         if finite_rug is not None:
@@ -69,7 +81,7 @@ def loss_curves(grid, rug_ratios, rug_losses, finite_rug=None):
         )
         ax.set(title=f"p = {p:g}", xlabel="nd / ns", ylim=(0, None), xlim=(0, 1))
     np.atleast_1d(axes)[0].set_ylabel("loss per feature")
-    np.atleast_1d(axes)[0].legend(loc="upper right")
+    np.atleast_1d(axes)[0].legend(loc="upper right", fontsize=7)
     fig.suptitle("Figure 2: loss against the compression ratio", fontsize=10)
     return fig
 

@@ -105,17 +105,18 @@ def symmetry_heatmaps(grids, statistic):
     low, high = np.log10(positive[positive > 0].min()), np.log10(positive.max())
     fig, axes = figure(len(grids), width=3.0, height=2.8)
     for ax, grid, value in zip(np.atleast_1d(axes), grids, values):
+        # p across, nd/ns up, as the authors' heatmaps: value is (p, nd/ns), so transposed
         image = ax.imshow(
-            np.log10(value), origin="lower", aspect="auto", vmin=low, vmax=high, cmap="viridis"
+            np.log10(value).T, origin="lower", aspect="auto", vmin=low, vmax=high, cmap="viridis"
         )
         ax.set(
             title=f"ns = {grid.features}",
-            xlabel="nd / ns",
-            ylabel="p",
-            xticks=range(len(grid.ratios)),
-            yticks=range(len(grid.densities)),
-            xticklabels=[f"{r:g}" for r in grid.ratios],
-            yticklabels=[f"{p:g}" for p in grid.densities],
+            xlabel="p",
+            ylabel="nd / ns",
+            xticks=range(len(grid.densities)),
+            yticks=range(len(grid.ratios)),
+            xticklabels=[f"{p:g}" for p in grid.densities],
+            yticklabels=[f"{r:g}" for r in grid.ratios],
         )
         ax.grid(False)
     fig.colorbar(image, ax=axes, shrink=0.8, label=f"log₁₀ {label}")

@@ -39,9 +39,9 @@ def loss_curves(grids, rug_ratios, rug_losses, finite_rug=None):
     exact optimal linear model. ``grids``: the grids of one (p, nd/ns) plan, smallest first."""
     largest = grids[-1]
     fig, axes = figure(len(largest.densities), width=3.0, height=2.9)
-    shades = np.linspace(0.35, 0.8, max(len(grids) - 1, 1))  # lighter for smaller ns
+    shades = np.linspace(0.45, 0.75, len(grids) - 1)  # Blues: lighter for smaller ns
     for k, (ax, p) in enumerate(zip(np.atleast_1d(axes), largest.densities)):
-        for grid, shade in zip(grids[:-1], shades[::-1]):
+        for grid, shade in zip(grids[:-1], shades):
             loss = np.where(grid.converged[k], grid.loss[k], np.nan)  # models the rule stopped
             ax.plot(
                 grid.hidden / grid.features,
@@ -49,7 +49,7 @@ def loss_curves(grids, rug_ratios, rug_losses, finite_rug=None):
                 "o",
                 ms=3.5,
                 mfc="none",
-                color=colormaps["Blues"](1 - shade),
+                color=colormaps["Blues"](shade),
                 label=f"trained, ns = {grid.features}",
             )
         loss = np.where(largest.converged[k], largest.loss[k], np.nan)

@@ -37,22 +37,25 @@ def loss_curves(grids, rug_ratios, rug_losses, finite_rug=None):
     largest as mean ± sd over the seeds the stopping rule stopped, the smaller ones as means,
     lighter), the Persian rug (large-ns theory; crosses: a finite rug measured on data) and the
     exact optimal linear model. ``grids``: the grids of one (p, nd/ns) plan, smallest first."""
+
+    def stopped(grid, k):  # the losses at the k-th p of the models the rule stopped, else NaN
+        return np.where(grid.converged[k], grid.loss[k], np.nan)
+
     largest = grids[-1]
     fig, axes = figure(len(largest.densities), width=3.0, height=2.9)
     shades = np.linspace(0.45, 0.75, len(grids) - 1)  # Blues: lighter for smaller ns
     for k, (ax, p) in enumerate(zip(np.atleast_1d(axes), largest.densities)):
         for grid, shade in zip(grids[:-1], shades):
-            loss = np.where(grid.converged[k], grid.loss[k], np.nan)  # models the rule stopped
             ax.plot(
                 grid.hidden / grid.features,
-                np.nanmean(loss, -1),
+                np.nanmean(stopped(grid, k), -1),
                 "o",
                 ms=3.5,
                 mfc="none",
                 color=colormaps["Blues"](shade),
                 label=f"trained, ns = {grid.features}",
             )
-        loss = np.where(largest.converged[k], largest.loss[k], np.nan)
+        loss = stopped(largest, k)
         ax.errorbar(
             largest.hidden / largest.features,
             np.nanmean(loss, -1),

@@ -22,6 +22,11 @@ def _sparse_samples(seed):
     return (torch.rand(200, 5, generator=g) < 0.4) * torch.rand(200, 5, generator=g)
 
 
+def _sample_loss(x, A, B):
+    """mean_t ‖x_t - AB x_t‖² over the samples x (rows), written out: no Σ involved."""
+    return (x - x @ (A @ B).T).pow(2).sum(1).mean()
+
+
 @pytest.fixture
 def samples():
     """The samples behind ``sigma``, for losses evaluated directly as mean ||x - ABx||²."""
@@ -90,9 +95,6 @@ def test_global_minimum_is_the_top_projection(samples):
     eigenvalues, U = values.flip(0), vectors.flip(1)
     minimum = (torch.trace(sigma) - eigenvalues[:2].sum()).item()
 
-    def direct_loss(A, B):
-        return (x - x @ (A @ B).T).pow(2).sum(1).mean().item()
-
     def trace_loss(A, B):
         P = A @ B
         return (
@@ -100,7 +102,7 @@ def test_global_minimum_is_the_top_projection(samples):
         ).item()
 
     U_I = U[:, :2]
-    assert direct_loss(U_I, U_I.T) == pytest.approx(minimum, abs=1e-12)
+    assert _sample_loss(x, U_I, U_I.T).item() == pytest.approx(minimum, abs=1e-12)
     assert th.critical_loss(eigenvalues, (0, 1)).item() == pytest.approx(minimum, abs=1e-12)
     assert th.linear_loss(*th.critical_point(U, (0, 1)), sigma).item() == pytest.approx(
         minimum, abs=1e-12
@@ -123,7 +125,7 @@ def test_global_minimum_is_the_top_projection(samples):
         else:
             A, B = scale * noise_A, scale * noise_B
         loss = trace_loss(A, B)
-        assert loss == pytest.approx(direct_loss(A, B), rel=1e-10, abs=1e-12)
+        assert loss == pytest.approx(_sample_loss(x, A, B).item(), rel=1e-10, abs=1e-12)
         gaps.append(loss - minimum)
     assert min(gaps) >= -1e-12
     assert min(gaps) < 1e-4  # the bound is approached, not vacuous
@@ -150,15 +152,12 @@ def test_saddle_escape_with_a_general_C_follows_equations_13_to_18(samples, hidd
     # genuinely non-orthogonal, and conditioned well enough that cond(C)·1e-16 stays below 1e-12
     assert 2 < torch.linalg.cond(C) < 1e3
 
-    def direct_loss(A, B):
-        return (x - x @ (A @ B).T).pow(2).sum(1).mean().item()
-
     checked = 0
     for I in itertools.combinations(range(5), hidden):
         pairs = [(j, k) for j in I for k in range(5) if k not in I and k < j]
         assert pairs == th.inversions(I, 5)
         U_I = U[:, list(I)]
-        base = direct_loss(U_I @ C, torch.linalg.inv(C) @ U_I.T)
+        base = _sample_loss(x, U_I @ C, torch.linalg.inv(C) @ U_I.T).item()
         for (j, k), eps in itertools.product(pairs, [0.1, 1.0, 7.0]):
             U_tilde = U_I.clone()
             U_tilde[:, I.index(j)] = (U[:, j] + eps * U[:, k]) / (1 + eps**2) ** 0.5
@@ -182,8 +181,8 @@ def test_saddle_escape_with_a_general_C_follows_equations_13_to_18(samples, hidd
             pattern[[i for i in I if i != j]] = 1
             pattern[j], pattern[k] = 1 / (1 + eps**2), eps**2 / (1 + eps**2)
             torch.testing.assert_close(torch.diagonal(P), pattern, **tol)
-            loss = direct_loss(A, B)
-            assert loss == pytest.approx(direct_loss(A, optimal_B), abs=1e-12)
+            loss = _sample_loss(x, A, B).item()
+            assert loss == pytest.approx(_sample_loss(x, A, optimal_B).item(), abs=1e-12)
             assert loss == pytest.approx(  # (17)
                 (torch.trace(sigma) - torch.trace(P @ torch.diag(eigenvalues))).item(), abs=1e-12
             )
@@ -394,7 +393,7 @@ def test_the_index_set_of_a_projection_is_the_eigenvectors_it_keeps(sigma):
 def _tied_loss_and_gradient(x, W):
     """mean_t ‖x_t - WᵀW x_t‖², and its gradient in W by autograd, both from the samples x."""
     W = W.detach().clone().requires_grad_()
-    loss = (x - x @ W.T @ W).pow(2).sum(1).mean()  # rows: x_tᵀ (WᵀW)ᵀ = x_tᵀ WᵀW
+    loss = _sample_loss(x, W.T, W)  # A = Wᵀ, B = W
     (gradient,) = torch.autograd.grad(loss, W)
     return loss.item(), gradient
 

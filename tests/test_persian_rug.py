@@ -913,6 +913,11 @@ def test_the_rug_is_a_tight_frame_and_ns_over_nd_times_a_projector_not_a_project
     assert np.linalg.matrix_rank(th.hadamard(features)) == features
 
 
+# appendix D: P[|u - y| <= σ] for the untruncated normal, and the constant C of Var(u | y) >= Cσ²
+ONE_SIGMA = special.erf(2**-0.5)
+APPENDIX_D_C = ONE_SIGMA - np.sqrt(2 / np.pi) * np.exp(-0.5)
+
+
 def _truncated(y, sigma):
     """u | y for u ~ U[0,1], y = u + ν, ν ~ N(0, σ²): N(y, σ²) truncated to [0, 1] (eq. 26).
     (Z(y), Var[u|y]) by hand from the standard truncated-normal moments."""
@@ -950,7 +955,7 @@ def test_appendix_d_normaliser_one_sigma_mass_and_conditional_variance():
     mass = special.ndtr((1 - everywhere) / sigmas) - special.ndtr(-everywhere / sigmas)
     assert (mass <= 1).all() and (mass[-1] < 1 - 1e-6).all()
     # P[R = 1] >= erf(2^-1/2) on y ∈ [σ, 1 - σ], reached where the truncation is far ...
-    one_sigma = special.erf(2**-0.5)
+    one_sigma = ONE_SIGMA
     within = _within_one_sigma(ys, sigmas)
     # ((y ± σ) - y)/σ loses about eps·y/σ <= 2.2e-16 · 1000 to rounding: allow 1e-12
     assert within.min() >= one_sigma - 1e-12
@@ -961,7 +966,7 @@ def test_appendix_d_normaliser_one_sigma_mass_and_conditional_variance():
     # C = erf(2^-1/2) (1 - 2φ(1)/erf(2^-1/2)) = erf(2^-1/2) - √(2/π) e^-1/2 ≈ 0.1988
     inner = sigmas**2 * (1 - 2 * np.exp(-0.5) / np.sqrt(2 * np.pi) / one_sigma)
     assert (variance >= within * inner * (1 - 1e-12)).all()
-    C = one_sigma - np.sqrt(2 / np.pi) * np.exp(-0.5)
+    C = APPENDIX_D_C
     assert C == pytest.approx(0.19875, abs=1e-5)
     ratio = variance / sigmas**2
     assert ratio.min() >= C
@@ -986,7 +991,7 @@ def test_appendix_d_last_steps_and_the_direction_of_its_first_line():
     sigmas = np.linspace(0.005, 0.25, 50)
     probabilities = np.array([inside(s) for s in sigmas])
     assert (np.diff(probabilities) < 0).all() and probabilities[-1] > 0.3
-    C = special.erf(2**-0.5) - np.sqrt(2 / np.pi) * np.exp(-0.5)
+    C = APPENDIX_D_C
     for sigma in (0.01, 0.05, 0.25):
         assert th.bayes_on_loss(sigma) >= C * sigma**2 * probabilities[-1]
     # the first line prints "L ≤ p L_on"; with L = (1 - p) L_off + p L_on and L_off >= 0 it is

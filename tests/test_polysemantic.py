@@ -325,6 +325,23 @@ def test_persistence_reads_the_law_and_refuses_a_short_sweep():
         ex.persistence(short)
 
 
+def test_the_law_fit_reads_the_constant_pooled_and_at_each_m():
+    # counts (hiddens, seeds) written out by hand for n = 8, m = 4, 16, 64 (n²/m = 16, 4, 1)
+    counts = np.array([[4, 4], [2, 0], [1, 1]])
+    sweep = ex.PolysemanticSweep(8, np.array([4, 16, 64]), np.arange(2), 1e-3, [], counts, [])
+    fit = ex.law_fit(sweep)
+    # each m alone: mean count / (n²/m)
+    assert fit.per_m.tolist() == pytest.approx([4 / 16, 1 / 4, 1 / 1])
+    # least squares through the origin per seed: Σ count·x / Σ x², x = 16, 4, 1
+    seed_0, seed_1 = (64 + 8 + 1) / 273, (64 + 0 + 1) / 273
+    assert fit.per_seed.tolist() == pytest.approx([seed_0, seed_1])
+    assert fit.constant == pytest.approx((seed_0 + seed_1) / 2)
+    exact = dataclasses.replace(sweep, counts=np.array([[4, 4], [1, 1]]), hiddens=np.array([4, 16]))
+    exact_fit = ex.law_fit(exact)  # counts exactly n²/(4m): every reading gives 1/4
+    assert exact_fit.per_m.tolist() == pytest.approx([0.25, 0.25])
+    assert exact_fit.constant == pytest.approx(0.25) and exact_fit.slope == pytest.approx(-1)
+
+
 def test_phases_compare_the_slope_with_the_law_and_check_the_balance():
     result = ex.sparsification_runs.__wrapped__(20_000, 1e-4, [0], dt=0.5, steps=50_000)
     phases = ex.sparsification_phases(result)

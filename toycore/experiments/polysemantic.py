@@ -1192,14 +1192,16 @@ class LawFit:
     constant: float  # c, the mean of the per-seed fits
     interval: tuple  # (low, high) its t-interval over seeds
     per_seed: np.ndarray  # (seeds,) c fitted to each seed over all m
+    per_m: np.ndarray  # (hiddens,) c read at each m alone: mean count·m/n²
     slope: float  # d log(mean count) / d log m
 
 
 def law_fit(sweep, confidence=0.95):
     """Fit count = c n²/m through the origin, per seed over all m, and pool the seeds.
 
-    Returns c (the mean of the per-seed fits) with its t-interval over seeds, and the slope of
-    log(mean count) against log m (the law says -1)."""
+    Returns c (the mean of the per-seed fits) with its t-interval over seeds, c read at each m
+    alone, and the slope of log(mean count) against log m (the law says -1). The fit weighs
+    each m by (n²/m)², so it reads mostly the smallest m; the per-m values show the rest."""
     x = sweep.features**2 / sweep.hiddens.astype(float)  # (hiddens,)
     per_seed = (sweep.counts * x[:, None]).sum(0) / (x**2).sum()  # (seeds,)
     half = seed_tolerance(per_seed, confidence)
@@ -1209,6 +1211,7 @@ def law_fit(sweep, confidence=0.95):
         constant=per_seed.mean(),
         interval=(per_seed.mean() - half, per_seed.mean() + half),
         per_seed=per_seed,
+        per_m=mean_count / x,
         slope=slope,
     )
 

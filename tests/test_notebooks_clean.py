@@ -37,7 +37,9 @@ def test_notebook_has_a_profile_parameter_and_a_ledger(path):
 
 
 # What a reader cannot see: the project's own design notes and issue tracker.
-INTERNAL = re.compile(r"DESIGN|design (?:doc|note)|\bissues? ?#?\d|\.\./shared|seeds/", re.I)
+INTERNAL = re.compile(
+    r"DESIGN|design (?:doc|note)|\bissues? ?#?\d|\.\./shared|seeds/|\blease|farm-bench", re.I
+)
 
 
 @pytest.mark.parametrize(

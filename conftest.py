@@ -16,6 +16,13 @@ from traitlets import default
 
 from toycore.paths import REPO_ROOT
 
+# What a caller may have exported for a build (a cache, a cluster, a device, a precision) would
+# change what the suite checks: the tests run without it, and a test that needs one sets it.
+# The profile, Chromium and Binder's settings stay the caller's to give.
+KEPT = ("TOYCORE_PROFILE", "TOYCORE_CHROMIUM", "TOYCORE_BINDER_")
+for name in [name for name in os.environ if name.startswith("TOYCORE_")]:
+    if not name.startswith(KEPT):
+        del os.environ[name]
 os.environ.setdefault("TOYCORE_PROFILE", "ci")
 os.environ["TOYCORE_PROGRESS"] = "0"
 os.environ["TOYCORE_BUILD_DIR"] = str(REPO_ROOT / "_build" / "tests")

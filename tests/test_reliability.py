@@ -11,11 +11,14 @@ import pickle
 import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from traitlets.config import Config
 
 from toycore import cache, shards
 from toycore.data import SparseUniform
@@ -176,12 +179,17 @@ def test_in_a_kernel_that_line_goes_to_the_log_and_never_into_the_page(
     }
     nbformat.write(notebook, tmp_path / "chapter.ipynb")
     capfd.readouterr()
+    # Unix sockets, as the book build's kernels use: a TCP port the manager picks can be taken
+    # before the kernel binds it. A short folder: a socket's path has ~100 bytes.
+    sockets = Path(tempfile.mkdtemp(prefix="tk-"))
     papermill.execute_notebook(
         str(tmp_path / "chapter.ipynb"),
         str(tmp_path / "executed.ipynb"),
         kernel_name="python3",
         progress_bar=False,
+        config=Config(KernelManager=dict(transport="ipc", ip=str(sockets / "kernel"))),
     )
+    shutil.rmtree(sockets, ignore_errors=True)
     [cell] = nbformat.read(tmp_path / "executed.ipynb", as_version=4).cells
     assert [(output.name, output.text) for output in cell.outputs] == [("stdout", "49\n")]
     assert f"toycore.cache: {stored} is damaged" in capfd.readouterr().err

@@ -95,17 +95,38 @@ def test_the_tarball_urls_are_the_registrys(monkeypatch):
     )
 
 
+def test_a_download_is_tried_again_after_a_dropped_connection(tmp_path, monkeypatch):
+    tries, waits = [], []
+
+    def flaky(url, timeout):
+        tries.append(url)
+        if len(tries) < 3:
+            raise urllib.error.URLError("connection reset by peer")
+        return io.BytesIO(b"tarball")
+
+    monkeypatch.setattr(offline.urllib.request, "urlopen", flaky)
+    monkeypatch.setattr(offline.time, "sleep", waits.append)
+    path = offline.download(_package(), tmp_path)
+    assert path.read_bytes() == b"tarball"
+    assert len(tries) == 3 and waits == list(offline.DOWNLOAD_RETRIES_S)
+
+
 def test_without_the_registry_the_build_falls_back_to_cdns_and_says_so(tmp_path, monkeypatch):
+    tries = []
+
     def unreachable(url, timeout):
+        tries.append(url)
         raise urllib.error.URLError("no route to host")
 
     monkeypatch.setattr(offline.urllib.request, "urlopen", unreachable)
+    monkeypatch.setattr(offline.time, "sleep", lambda seconds: None)
     messages = []
     assert (
         offline.vendor(tmp_path / "offline", tmp_path / "empty-cache", log=messages.append) is False
     )
     assert not (tmp_path / "offline" / "vendor").exists()
     assert len(messages) == 1 and "no route to host" in messages[0] and "CDN" in messages[0]
+    assert len(tries) == len(offline.DOWNLOAD_RETRIES_S) + 1  # the first package, tried again
 
 
 def test_the_settings_point_every_script_at_the_vendored_files(tmp_path):

@@ -23,6 +23,7 @@ import os
 import shutil
 import tarfile
 import tempfile
+import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +34,9 @@ from .paths import REPO_ROOT
 CACHE_DIR = REPO_ROOT / "_build" / "npm"
 REGISTRY = "https://registry.npmjs.org/"
 DOWNLOAD_TIMEOUT_S = 120
+# Seconds to wait before each further try of a download: a registry that drops one connection
+# should not send a build's pages to the CDNs.
+DOWNLOAD_RETRIES_S = (2, 8)
 
 
 @dataclass(frozen=True)
@@ -110,14 +114,20 @@ def download(package, destination):
     """Download ``package``'s tarball from the registry into ``destination``; returns its path."""
     url = tarball_url(package)
     path = Path(destination) / url.rsplit("/", 1)[1]
-    try:
-        with urllib.request.urlopen(url, timeout=DOWNLOAD_TIMEOUT_S) as response:
-            with open(path, "wb") as file:
-                shutil.copyfileobj(response, file)
-    # URLError, HTTPError and timeouts are OSErrors; a connection cut short is an HTTPException
-    except (OSError, http.client.HTTPException) as error:
-        raise Unavailable(f"{url}: {getattr(error, 'reason', None) or error}") from None
-    return path
+    for wait in (*DOWNLOAD_RETRIES_S, None):
+        try:
+            with urllib.request.urlopen(url, timeout=DOWNLOAD_TIMEOUT_S) as response:
+                with open(path, "wb") as file:
+                    shutil.copyfileobj(response, file)
+            return path
+        # URLError, HTTPError and timeouts are OSErrors; a connection cut short is an
+        # HTTPException
+        except (OSError, http.client.HTTPException) as error:
+            if wait is None:
+                tries = len(DOWNLOAD_RETRIES_S) + 1
+                reason = getattr(error, "reason", None) or error
+                raise Unavailable(f"{url}: {reason} ({tries} tries)") from None
+            time.sleep(wait)
 
 
 def tarball(package, cache=CACHE_DIR):

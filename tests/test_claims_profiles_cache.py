@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from toycore import cache, profiles
+from toycore import cache, profiles, words
 from toycore.book import reports
 from toycore.claims import (
     BesideTable,
@@ -13,6 +13,7 @@ from toycore.claims import (
     recorded_as,
     seed_tolerance,
     unexpected_verdicts,
+    verdict_groups,
 )
 from toycore.experiments import hidden_noise, linear, persian_rug, polysemantic, relu
 
@@ -113,6 +114,16 @@ def test_known_failures_keep_their_computed_verdict_and_are_expected_while_expla
         "g", "explained by nothing", "s", expected=1, measured=2, known_failure="z", why="w"
     )
     assert unexpected_verdicts(ledger.rows) == ["c", "e", "f", "g"]
+    ledger.equal("h", "too few features", "s", expected=1, measured=2, outside_regime="n < 4")
+    # b fails as explained; c, f and g are known failures whose verdict is not the expected one
+    assert verdict_groups(ledger.rows) == dict(
+        known=["b"], outside=["h"], unexpected=["c", "e", "f", "g"]
+    )
+    assert [words.id_list(ids) for ids in ([], ["b"], ["c", "e", "f"])] == [
+        "none",
+        "b",
+        "c, e and f",
+    ]
     html = ledger.table()._repr_html_()
     assert 'its explanation <a href="#claim-e"><code>e</code></a> fails' in html
     assert 'its explanation <a href="#claim-z"><code>z</code></a> was not run' in html

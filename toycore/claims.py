@@ -449,6 +449,22 @@ def unexpected_verdicts(rows):
     ]
 
 
+def verdict_groups(rows):
+    """A ledger's rows by how their verdicts read, as lists of ids: ``known``, the known
+    failures that fail as expected; ``outside``, the rows outside the text's regime;
+    ``unexpected``, the rows whose verdict is not the expected one (``unexpected_verdicts``)."""
+    unexpected = unexpected_verdicts(rows)
+    return dict(
+        known=[
+            row["id"]
+            for row in rows
+            if row["known_failure"] and not outside(row) and row["id"] not in unexpected
+        ],
+        outside=[row["id"] for row in rows if outside(row)],
+        unexpected=unexpected,
+    )
+
+
 def ledger_files(chapter):
     """Where ``chapter``'s ledger is saved: its rows and its corrections, under the build's
     claims/ folder."""

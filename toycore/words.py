@@ -27,3 +27,11 @@ def share_range(shares):
     """Shares in words: "47%" where they round alike, else "45% to 49%"."""
     low, high = f"{min(shares):.0%}", f"{max(shares):.0%}"
     return low if low == high else f"{low} to {high}"
+
+
+def id_list(ids):
+    """Row ids in words: "a, b and c", or "none"."""
+    ids = list(ids)
+    if not ids:
+        return "none"
+    return ids[0] if len(ids) == 1 else ", ".join(ids[:-1]) + " and " + ids[-1]

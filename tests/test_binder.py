@@ -12,11 +12,12 @@ request to any other host refused:
   recorded (``<build>/binder/<profile>.json``, and printed);
 - a live explorer's control moved and its Run button pressed give a different figure.
 
-The requirements install as Binder would, the PyTorch CPU index line included, with pip trying
-each index once (``PIP_RETRIES=0``): a machine that cannot reach that index (these reach only
-package registries) goes on at once to the indexes and wheel folders pip's own configuration
-names, which must then hold ``torch==2.13.0+cpu``. ``TOYCORE_BINDER_OFFLINE=1`` drops the index
-line instead, for a machine where even trying it is unwelcome. pip's download cache is left on,
+The requirements install as Binder would, the PyTorch CPU index line included, where that
+index answers within ``INDEX_PROBE_S``; a machine that cannot reach it (these reach only package
+registries) installs without the line, from the indexes and wheel folders pip's own
+configuration names, which must then hold ``torch==2.13.0+cpu``. pip keeps its own retries, so
+one dropped connection does not fail the test. ``TOYCORE_BINDER_OFFLINE=1`` drops the index line
+without trying it, for a machine where even that is unwelcome. pip's download cache is left on,
 so a second run fetches nothing again. One thing differs from Binder on purpose: the copy's
 result cache is the test run's (``TOYCORE_CACHE``), which the book build test and nbval share,
 so that Run All reads what the run computed once instead of computing it again, and postBuild,
@@ -34,6 +35,7 @@ workers start only when a scheduler's address is configured).
 """
 
 import hashlib
+import http.client
 import json
 import os
 import re
@@ -41,6 +43,7 @@ import shutil
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -58,6 +61,7 @@ OFFLINE = os.environ.get("TOYCORE_BINDER_OFFLINE") == "1"
 JUPYTERLAB = re.search(r"^JUPYTERLAB := (\S+)$", (REPO_ROOT / "Makefile").read_text(), re.M)[1]
 BINDER_MEMORY_LIMIT = 2 * 1024**3  # mybinder.org's memory limit per session, about 2 GiB
 CPU_INDEX_LINE = "--extra-index-url https://download.pytorch.org/whl/cpu"
+INDEX_PROBE_S = 15  # how long the CPU index may take to answer before it is left out
 CHAPTERS = [notebook.name for notebook in chapters()]
 RUN_ALL_TIMEOUT_S = {"ci": 600, "cpu": 3600}[PROFILE]
 RESULTS = REPO_ROOT / "_build" / "binder" / f"{PROFILE}.json"
@@ -91,6 +95,17 @@ def reader_environment(venv):
     return environ
 
 
+def answers(url, timeout=INDEX_PROBE_S):
+    """Whether ``url`` answers at all (any HTTP status) within ``timeout`` seconds."""
+    try:
+        urllib.request.urlopen(url, timeout=timeout).close()
+    except urllib.error.HTTPError:
+        return True
+    except (OSError, http.client.HTTPException):
+        return False
+    return True
+
+
 def copy_repository(target):
     """The repository's tracked and untracked-but-not-ignored files: what Binder would clone."""
     listed = (
@@ -118,7 +133,9 @@ def binder(tmp_path_factory):
     copy_repository(repo)
     requirements = repo / "binder" / "requirements.txt"
     assert CPU_INDEX_LINE in requirements.read_text().splitlines(), "Binder's torch index moved"
-    if OFFLINE:
+    if OFFLINE or not answers(CPU_INDEX_LINE.split()[-1] + "/"):
+        why = "TOYCORE_BINDER_OFFLINE=1" if OFFLINE else f"no answer in {INDEX_PROBE_S} s"
+        log(f"binder: installing without {CPU_INDEX_LINE!r} ({why})")
         lines = requirements.read_text().splitlines()
         requirements = root / "requirements.txt"
         requirements.write_text("\n".join(line for line in lines if line != CPU_INDEX_LINE) + "\n")
@@ -128,7 +145,7 @@ def binder(tmp_path_factory):
         # not compiled up front (pip's default, half a minute): Python compiles what the
         # kernels import, once (make lets it write bytecode); Binder's image has it either way
         ["pip", "install", "--quiet", "--no-compile", "-r", str(requirements), JUPYTERLAB],
-        env={**environ, "PIP_RETRIES": "0"},
+        env=environ,
     )
     log(f"binder: requirements and {JUPYTERLAB} installed in {seconds:.0f} s")
     seconds = run(["bash", "binder/postBuild"], cwd=repo, env=environ)

@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from toycore import cache, profiles, words
+from toycore import cache, profiles
 from toycore.book import reports
 from toycore.claims import (
     BesideTable,
@@ -119,11 +119,6 @@ def test_known_failures_keep_their_computed_verdict_and_are_expected_while_expla
     assert verdict_groups(ledger.rows) == dict(
         known=["b"], outside=["h"], unexpected=["c", "e", "f", "g"]
     )
-    assert [words.id_list(ids) for ids in ([], ["b"], ["c", "e", "f"])] == [
-        "none",
-        "b",
-        "c, e and f",
-    ]
     html = ledger.table()._repr_html_()
     assert 'its explanation <a href="#claim-e"><code>e</code></a> fails' in html
     assert 'its explanation <a href="#claim-z"><code>z</code></a> was not run' in html

@@ -747,6 +747,16 @@ def test_a_chapter_says_where_its_record_stands_part_by_part(tmp_path, monkeypat
     assert records.status("98_none", tmp_path).endswith("not been run for this chapter yet.")
     assert records.recorded_text("99_example", "a", ".1f", tmp_path) == "1.0"
     assert records.recorded_text("99_example", "zz", folder=tmp_path) == "not yet recorded"
+    # a verdict in words: an out-of-regime row is said not to count; a missing one, unrecorded
+    assert records.verdict_text(records.recorded_row("99_example", "b", tmp_path)) == (
+        "does not hold"
+    )
+    assert records.verdict_text(dict(passed=True, outside_regime="n < 4")) == (
+        "holds (outside the text's regime: not counted)"
+    )
+    assert records.verdict_text(records.recorded_row("99_example", "zz", tmp_path)) == (
+        "is not yet recorded"
+    )
     ledger = Ledger("99_example", "ci")
     ledger.equal("a", "c", "s", expected=1, measured=1)
     table = records.ledger_table(ledger, tmp_path)._repr_html_()

@@ -458,7 +458,7 @@ def verdict_groups(rows):
         known=[
             row["id"]
             for row in rows
-            if row["known_failure"] and not outside(row) and row["id"] not in unexpected
+            if row.get("known_failure") and not outside(row) and row["id"] not in unexpected
         ],
         outside=[row["id"] for row in rows if outside(row)],
         unexpected=unexpected,

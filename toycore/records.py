@@ -405,6 +405,16 @@ def held(row):
     return "holds" if row["passed"] else "does not hold"
 
 
+def verdict_text(row):
+    """``held`` of a row, said to be uncounted where the row is outside the text's regime; "is
+    not yet recorded" for a record's missing row (None)."""
+    if row is None:
+        return "is not yet recorded"
+    if row.get("outside_regime"):
+        return held(row) + " (outside the text's regime: not counted)"
+    return held(row)
+
+
 def recorded_held(chapter, claim_id, folder=None):
     """``held`` of a recorded row, or "is not yet recorded"."""
     row = recorded_row(chapter, claim_id, folder)

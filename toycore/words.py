@@ -35,3 +35,17 @@ def id_list(ids):
     if not ids:
         return "none"
     return ids[0] if len(ids) == 1 else ", ".join(ids[:-1]) + " and " + ids[-1]
+
+
+def signed_span(differences, reference, none):
+    """Relative differences from ``reference`` in words: "lies 43% to 78% above the formula's",
+    "... below ...", or "lies 2% to 9% off the formula's, above it at some cells and below it
+    at others"; ``none`` where there are no differences."""
+    differences = np.asarray(differences, dtype=float).ravel()
+    if differences.size == 0:
+        return none
+    span = share_range(np.abs(differences))
+    if (differences > 0).all() or (differences < 0).all():
+        side = "above" if differences[0] > 0 else "below"
+        return f"lies {span} {side} {reference}"
+    return f"lies {span} off {reference}, above it at some cells and below it at others"

@@ -628,7 +628,7 @@ def test_figure_2_and_figures_4_to_7_in_words_from_a_ledger_or_a_record():
         note="ns = 2048; worst: p = 0.05, nd/ns = 0.60",
     )
     words = ex.figure2_words(ledger.rows, "none")
-    assert words.startswith("it does not reproduce: trained / rug lies at most 49% from 1")
+    assert words.startswith("it does not reproduce: trained / rug lies as far as 49% from 1")
     assert "(worst: p = 0.05, nd/ns = 0.60)" in words
     assert words.endswith("fig2.gaussian was not run")  # its explanation not in these rows
     ledger.at_least("fig2.gaussian", "prediction", "s", measured=0.99, bound=1)
@@ -636,7 +636,9 @@ def test_figure_2_and_figures_4_to_7_in_words_from_a_ledger_or_a_record():
     ledger.rows[-1].update(measured=1.0004, passed=True)
     assert ex.figure2_words(ledger.rows, "none").endswith("which tests why, holds")
     ledger.rows[0].update(measured=0.03, passed=True)
-    assert ex.figure2_words(ledger.rows, "none").startswith("it reproduces: trained / rug")
+    assert ex.figure2_words(ledger.rows, "none").startswith(
+        "it reproduces: trained / rug lies within"
+    )
     assert ex.figure2_words([], "not yet recorded") == "not yet recorded"
 
     for name, figure, slope, error in [("diagonal", 4, -1.6, 0.1), ("bias", 5, 0.1, 0.02)]:

@@ -415,6 +415,23 @@ def verdict_text(row):
     return held(row)
 
 
+def unlabelled_failure_words(row):
+    """For prose after a row's known-failure label: where a record's row (None: not recorded)
+    fails without that label, a clause saying so (the record was made before the label); else
+    ""."""
+    if row is None or row["passed"] or row.get("known_failure") or row.get("outside_regime"):
+        return ""
+    return "; the recorded row, made before that label, shows as an unexpected failure"
+
+
+def wording_words(recorded, current):
+    """For prose after a recorded verdict: where the record's claim (``recorded``, a row or
+    None) is worded otherwise than this build's (``current``), a clause quoting it; else ""."""
+    if recorded is None or recorded["claim"] == current["claim"]:
+        return ""
+    return f" (the record tested an earlier wording: “{recorded['claim']}”)"
+
+
 def recorded_held(chapter, claim_id, folder=None):
     """``held`` of a recorded row, or "is not yet recorded"."""
     row = recorded_row(chapter, claim_id, folder)

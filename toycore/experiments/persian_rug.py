@@ -567,7 +567,12 @@ def figure2_words(rows, missing):
     if row is None:
         return missing
     worst = row["note"].rpartition("worst: ")[2]
-    gap = f"trained / rug lies at most {row['measured']:.0%} from 1 (worst: {worst})"
+    off = (
+        f"within {row['measured']:.0%} of"
+        if row["passed"]
+        else f"as far as {row['measured']:.0%} from"
+    )
+    gap = f"trained / rug lies {off} 1 (worst: {worst})"
     if row["passed"]:
         return f"it reproduces: {gap}"
     found, holds = explanation(row, rows)
@@ -577,6 +582,20 @@ def figure2_words(rows, missing):
         else f"{row.get('explained_by') or 'no explanation'} was not run"
     )
     return f"it does not reproduce: {gap}; {why}"
+
+
+def not_beaten_words(not_beaten, models, at_sparsest, density):
+    """Where the ReLU model does not beat the linear one, as a clause after "beats the best
+    linear model at the cells ...": ``not_beaten`` of ``models``, ``at_sparsest`` of them at the
+    grid's sparsest p (``density``)."""
+    if not_beaten == 0:
+        return f"in all {models} models"
+    where = (
+        f"{'all ' if not_beaten > 1 else ''}at the sparsest p = {density:g}"
+        if at_sparsest == not_beaten
+        else f"{at_sparsest} of them at the sparsest p = {density:g}"
+    )
+    return f"except in {not_beaten} of {models} models, {where}"
 
 
 def symmetry_words(rows):

@@ -757,6 +757,8 @@ def test_a_chapter_says_where_its_record_stands_part_by_part(tmp_path, monkeypat
     assert records.verdict_text(records.recorded_row("99_example", "zz", tmp_path)) == (
         "is not yet recorded"
     )
+    assert records.recorded_held("99_example", "b", tmp_path) == "does not hold"
+    assert records.recorded_held("99_example", "zz", tmp_path) == "is not yet recorded"
     ledger = Ledger("99_example", "ci")
     ledger.equal("a", "c", "s", expected=1, measured=1)
     table = records.ledger_table(ledger, tmp_path)._repr_html_()

@@ -433,9 +433,8 @@ def wording_words(recorded, current):
 
 
 def recorded_held(chapter, claim_id, folder=None):
-    """``held`` of a recorded row, or "is not yet recorded"."""
-    row = recorded_row(chapter, claim_id, folder)
-    return held(row) if row else "is not yet recorded"
+    """``verdict_text`` of a recorded row: "is not yet recorded" where there is none."""
+    return verdict_text(recorded_row(chapter, claim_id, folder))
 
 
 def beside(ledger, *prefixes, folder=None, anchors=False):

@@ -298,6 +298,22 @@ def test_predicted_overlap_rate_on_a_hand_built_pair():
     assert ex.predicted_overlap_rate(W).tolist() == pytest.approx([4 * (1 + 0.25)])
 
 
+def test_overlap_decay_reads_the_rates_and_the_crossing_on_hand_built_records():
+    time = np.array([0.0, 0.25, 0.5, 1.0])
+    # two seeds, each halving per record until the third, where the mean first goes below zero
+    overlap = np.array([[0.4, 0.2], [0.2, 0.1], [0.1, 0.05], [-0.1, 0.02]])
+    flow = ex.GradientFlow(8, 8, np.arange(2), 0.01, time, np.zeros((2, 8, 8)), overlap, overlap)
+    decay = ex.overlap_decay(flow)
+    assert decay.first_time == 0.25
+    np.testing.assert_allclose(decay.first_rate, [4 * np.log(2)] * 2)
+    np.testing.assert_allclose(decay.half_rate, [4 * np.log(2)] * 2)
+    assert (decay.cross_time, decay.cross_last) == (1.0, pytest.approx(0.075))
+    # a run whose mean overlap never reaches zero has no crossing, not the first record's time
+    flow = dataclasses.replace(flow, overlap=np.abs(overlap))
+    decay = ex.overlap_decay(flow)
+    assert np.isnan(decay.cross_time) and np.isnan(decay.cross_last)
+
+
 def test_overlap_rate_starts_near_the_pair_prediction():
     run = ex.overlap_rate.__wrapped__(16, 64, [0, 1], 0.01, lr=1e-3, steps=30)
     np.testing.assert_allclose(run.measured, run.predicted, rtol=0.25)

@@ -768,21 +768,22 @@ class OverlapDecay:
     first_time: float  # t of the first record after 0
     first_rate: np.ndarray  # (seeds,) e-folds per unit time up to that record
     half_rate: np.ndarray  # (seeds,) e-folds per unit time over t <= 1/2
-    cross_time: float  # t of the first record with a negative mean (over seeds) overlap
-    cross_last: float  # the mean overlap one record before
+    cross_time: float  # t of the first record with a negative mean (over seeds) overlap (NaN: none)
+    cross_last: float  # the mean overlap one record before (NaN: no crossing, or at the start)
 
 
 def overlap_decay(flow):
     """The early decay of ``GradientFlow.overlap``: its rate up to the first record and over
-    t <= 1/2, and when the mean overlap first overshoots below zero."""
+    t <= 1/2, and when the mean overlap first overshoots below zero (NaN where it never does)."""
     half = np.searchsorted(flow.time, 0.5)
-    cross = np.argmax(flow.overlap.mean(1) <= 0)
+    (crossed,) = np.nonzero(flow.overlap.mean(1) <= 0)
+    cross = crossed[0] if crossed.size else None
     return OverlapDecay(
         first_time=flow.time[1],
         first_rate=np.log(flow.overlap[0] / flow.overlap[1]) / flow.time[1],
         half_rate=np.log(flow.overlap[0] / flow.overlap[half]) / flow.time[half],
-        cross_time=flow.time[cross],
-        cross_last=flow.overlap[cross - 1].mean(),
+        cross_time=np.nan if cross is None else flow.time[cross],
+        cross_last=np.nan if not cross else flow.overlap[cross - 1].mean(),
     )
 
 

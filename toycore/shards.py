@@ -18,6 +18,7 @@ or kernel) loses only the shards in flight, and running it again computes only t
 import functools
 import os
 import time
+import warnings
 
 from joblib import Parallel, delayed, parallel_config
 
@@ -36,6 +37,10 @@ def scheduler():
     return address or None
 
 
+# The start of Dask's warning when a server's scratch folder takes over a second to create.
+SCRATCH_WARNING = "Creating scratch directories is taking a surprisingly long time"
+
+
 def local_cluster(workers, threads=1):
     """A Dask cluster of ``workers`` processes on this machine, one task at a time each, torch
     on ``threads`` threads (a context manager; ``.scheduler_address``). Dask's nanny starts each
@@ -46,12 +51,21 @@ def local_cluster(workers, threads=1):
     and a worker still alive as the cluster closes under it (after Ctrl-C, on a busy machine)
     logged its lost scheduler into the build's stderr. The setting is in the environment a
     worker starts with (its logging is set up as it imports distributed), restarts included.
-    Dask's profiler is off in them."""
+    Dask's warning that its scratch folder took over a second to set up, which a busy machine
+    alone can cause, is silenced the same way in the workers and in this process (the
+    scheduler's and the nannies'). Dask's profiler is off in them."""
     import dask
     from dask.distributed import LocalCluster
 
+    warnings.filterwarnings("ignore", SCRATCH_WARNING, UserWarning)
+    # the nanny sets these in this process's environment too, so a second cluster finds it
+    filters = [f for f in os.environ.get("PYTHONWARNINGS", "").split(",") if f]
+    ignored = f"ignore:{SCRATCH_WARNING}:UserWarning"
     settings = {
         "distributed.nanny.pre-spawn-environ.DASK_LOGGING__DISTRIBUTED": "critical",
+        "distributed.nanny.pre-spawn-environ.PYTHONWARNINGS": ",".join(
+            filters + [ignored] * (ignored not in filters)
+        ),
         # Dask's own profiler samples every worker's stack 100 times a second, for a dashboard
         # no build opens: an idle cluster of two used 4.7% of a core with it, 3.5% without
         "distributed.worker.profile.enabled": False,

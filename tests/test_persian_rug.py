@@ -782,6 +782,8 @@ def test_the_text_s_largest_size_is_read_in_words_and_its_rows_spread_is_scale_f
     assert words.startswith("at ns = 8192, trained / rug 0.930, which does not lie within")
     assert words.endswith("3.1% of their mean, within the 5% we read as identical.")
     assert ex.largest_words(rows[:1]) == "not recorded yet."
+    away = [dict(row, outside_regime="this build trains ns = 384") for row in rows]
+    assert ex.largest_words(away).endswith("identical (outside the text's regime: not counted).")
     W = np.random.default_rng(0).normal(size=(2, 6, 6))
     spread = th.row_interference_spread(W)
     np.testing.assert_allclose(th.row_interference_spread(3 * W), spread)

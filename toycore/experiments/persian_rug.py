@@ -519,13 +519,15 @@ def largest_words(rows):
         return "not recorded yet."
     tolerance = f"{HEADLINE_TOLERANCE:.0%}"
     size = head["note"].split(",")[0]  # "ns = 8192"
+    # both rows are outside the regime together: away from the text's size, or below the regime
+    outside = " (outside the text's regime: not counted)" if head.get("outside_regime") else ""
     return (
         f"at {size}, trained / rug {head['measured']:.3f}, which "
         + ("lies" if head["passed"] else "does not lie")
         + f" within the headline's {tolerance} of 1; the rows' Var ν_i spread by "
         + f"{same['measured']:.1%} of their mean, "
         + ("within" if same["passed"] else "more than")
-        + f" the {tolerance} we read as identical."
+        + f" the {tolerance} we read as identical{outside}."
     )
 
 

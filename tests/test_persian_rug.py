@@ -756,6 +756,10 @@ def test_the_stopping_rules_explanation_in_words_follows_its_row():
     failed = ex.falling_words([{**row, "passed": False, "measured": 1.2}])
     assert "by at least 1 standard" in failed and "not every run was still learning" in failed
     assert ex.falling_words([]) == "the test was not recorded yet."
+    below = ex.falling_words([{**row, "outside_regime": "no size lies inside the regime"}])
+    assert below.endswith(
+        "still learning where the rule ended it (outside the text's regime: not counted)."
+    )
 
 
 def test_the_cells_where_features_can_be_represented_are_chosen_by_value_in_every_grid():

@@ -218,6 +218,12 @@ def outside(row):
     return bool(row.get("outside_regime"))
 
 
+def not_counted(row):
+    """For prose after a row's verdict: " (outside the text's regime: not counted)" where the
+    row is outside the regime, else ""."""
+    return " (outside the text's regime: not counted)" if outside(row) else ""
+
+
 def row_of(rows, claim_id):
     """The row ``claim_id`` among ``rows`` (a ledger's or a record's), or None."""
     return next((row for row in rows if row["id"] == claim_id), None)

@@ -51,7 +51,7 @@ import scipy
 import torch
 
 from . import cache, devices
-from .claims import BesideTable, LedgerTable, row_of
+from .claims import BesideTable, LedgerTable, not_counted, row_of
 from .dependencies import (
     RULE,
     RULES,
@@ -410,9 +410,7 @@ def verdict_text(row):
     not yet recorded" for a record's missing row (None)."""
     if row is None:
         return "is not yet recorded"
-    if row.get("outside_regime"):
-        return held(row) + " (outside the text's regime: not counted)"
-    return held(row)
+    return held(row) + not_counted(row)
 
 
 def unlabelled_failure_words(row):

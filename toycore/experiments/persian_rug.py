@@ -18,7 +18,7 @@ from scipy import optimize, stats
 from .. import devices, shards
 from ..cache import cached
 from ..checks import check_seeds
-from ..claims import COMPARISONS, explanation, row_of
+from ..claims import COMPARISONS, explanation, not_counted, row_of
 from ..data import SparseUniform
 from ..profiles import select
 from ..sizes import PERSIAN_RUG
@@ -520,7 +520,7 @@ def largest_words(rows):
     tolerance = f"{HEADLINE_TOLERANCE:.0%}"
     size = head["note"].split(",")[0]  # "ns = 8192"
     # both rows are outside the regime together: away from the text's size, or below the regime
-    outside = " (outside the text's regime: not counted)" if head.get("outside_regime") else ""
+    outside = not_counted(head)
     return (
         f"at {size}, trained / rug {head['measured']:.3f}, which "
         + ("lies" if head["passed"] else "does not lie")
@@ -660,7 +660,7 @@ def falling_words(rows):
     return (
         f"the training loss of every run the rule stopped fell, over the run's last "
         f"{FALL_STEPS:,} steps, by at least {row['measured']:.0f} standard errors of its slope "
-        f"({row['note']}): {verdict}."
+        f"({row['note']}): {verdict}{not_counted(row)}."
     )
 
 

@@ -718,4 +718,35 @@ def test_a_literal_constant_counts_by_its_value_where_a_row_names_it(copy, origi
     # a part listed when rt.BATCH counted as a unit, relisted from its commit
     cells = probe_cells(measured="sweep.loss.mean() * rt.BATCH")
     stale = _relisted_from_an_earlier_rule(tmp_path, cells, 1, "own names scoped", original)
-    assert stale == ["the code of §1 cell 3"]
+    # (and the cached training, whose decorator counted then)
+    assert stale == ["experiments.rug_training.train_group", "the code of §1 cell 3"]
+
+
+def test_caching_a_function_stales_nothing_and_older_lists_are_relisted(copy, original, tmp_path):
+    """``@cached`` (a decorator that names a function of a neutral module) changes no number:
+    adding it to a function chapter 5's rows read stales no record and no other function's
+    results, where the rule before staled chapter 5. A stamp, ``@cached(version=...)``, and
+    any other decorator still count. A part listed under the rule before is relisted from its
+    commit, and is current."""
+    folder, edit = copy
+    uncached = "@torch.no_grad()\ndef rug_model_losses("
+    edit("experiments/persian_rug.py", uncached, "@cached\n" + uncached)
+    cached = Code.from_folder(folder)
+    assert _keys(cached) == _keys(original)
+    results = _result_keys(cached)
+    assert "toycore.experiments.persian_rug.rug_model_losses" in results
+    assert {name: results[name] for name in _result_keys(original)} == _result_keys(original)
+
+    def chapter_5(code, rule=RULES[-1]):
+        cells = json.loads((REPO_ROOT / "chapters" / "05_persian_rug.ipynb").read_text())["cells"]
+        return notebook_dependencies(code, cells, "paper", rule)
+
+    assert chapter_5(cached, RULES[-2]).key != chapter_5(original, RULES[-2]).key
+    stamped = "@cached(version='2')\n@torch.no_grad()\ndef rug_model_losses("
+    edit("experiments/persian_rug.py", "@cached\n" + uncached, stamped)
+    assert chapter_5(Code.from_folder(folder)).key != chapter_5(original).key
+    edit("experiments/persian_rug.py", stamped, "def rug_model_losses(")  # no_grad gone
+    assert chapter_5(Code.from_folder(folder)).key != chapter_5(original).key
+    # the probe's training is cached: a part listed when @cached counted, relisted
+    stale = _relisted_from_an_earlier_rule(tmp_path, probe_cells(), 1, RULES[-2], original)
+    assert stale == ["experiments.rug_training.train_group"]

@@ -10,7 +10,8 @@ the results and records that run it.
 module's other top-level statements (its *preamble*). A unit's digest is the sha256 of its
 syntax tree, normalised: docstrings, comments and formatting are gone, and so are the things
 that cannot change a number: annotations of arguments and returns, the messages of ``raise``
-and ``assert``, and ``print`` calls.
+and ``assert``, ``print`` calls, and decorators that name a function of a module below that
+cannot change a number (``@cached``).
 
 **Closure.** A unit depends on the units its names resolve to in its module (through
 ``import`` and ``from ... import``, relative or not, and attribute chains such as
@@ -87,10 +88,18 @@ PROFILES = ("ci", "cpu", "paper")  # as toycore.profiles.PROFILES, without impor
 # from it; then a statement's own names (a comprehension's variables, a loop's target) no longer
 # make it a definition of a later statement's same-named variable, and ``x.append(v)`` inside
 # a block changes x as it does at top level.
-# Last, a toycore constant that is a literal counts by its value where a row's code names it,
+# Then a toycore constant that is a literal counts by its value where a row's code names it,
 # so that naming a number the chapter wrote out (``ex.HEADLINE_DENSITY`` for 0.045) stales
 # nothing, and changing the constant's value stales what reads it.
-RULES = ("whole imports", "imported names used", "own names scoped", "constants by value")
+# Last, a decorator that names a neutral module's function (``@cached``) is no part of the
+# unit it decorates: caching a function changes none of its numbers.
+RULES = (
+    "whole imports",
+    "imported names used",
+    "own names scoped",
+    "constants by value",
+    "neutral decorators dropped",
+)
 RULE = RULES[-1]
 
 
@@ -443,11 +452,11 @@ class Code:
 
     # -- closure and digests ------------------------------------------------------------------
 
-    def closure(self, roots, attributes=(), profile=None):
+    def closure(self, roots, attributes=(), profile=None, rule=RULE):
         """Every unit that ``roots`` (unit names) depend on, neutral ones left out, with its
         digest: {unit name: digest}. ``attributes``: names read on objects by code outside
         toycore (a notebook's cells). ``profile``: count only that profile's entry of a
-        constant that maps every profile to its settings."""
+        constant that maps every profile to its settings. ``rule``: one of RULES."""
         included, classes, seen_attributes = set(), set(), set(attributes)
         todo = list(roots)
         while todo:
@@ -470,24 +479,48 @@ class Code:
                 for method in new:
                     todo += self.units[class_name].methods.get(method, [])
         read = frozenset(seen_attributes) if profile is not None else None
-        return {name: self.digest(name, profile, read) for name in sorted(included)}
+        return {name: self.digest(name, profile, read, rule) for name in sorted(included)}
 
-    def digest(self, unit_name, profile=None, read=None):
+    def digest(self, unit_name, profile=None, read=None, rule=RULE):
         """A unit's digest; with ``profile``, a profile table's counts that profile's entry,
-        and with ``read`` (names read as attributes), only the settings among them."""
-        node = self.units[unit_name].node
-        if profile is not None:
-            node = _profile_entry(node, profile, read)
-        key = (unit_name, profile, read if node is not self.units[unit_name].node else None)
+        and with ``read`` (names read as attributes), only the settings among them; under
+        ``rule`` (one of RULES), without the decorators that name neutral functions."""
+        unit = self.units[unit_name]
+        node = self._without_neutral_decorators(unit) if _drops_decorators(rule) else unit.node
+        entry = _profile_entry(node, profile, read) if profile is not None else node
+        key = (unit_name, profile, read if entry is not node else None, node is not unit.node)
         if key not in self._digests:
-            self._digests[key] = _digest(_dump(node))
+            self._digests[key] = _digest(_dump(entry))
         return self._digests[key]
 
-    def function_key(self, qualified_name):
-        """The key of a function's results: a hash of its closure's digests."""
+    def _without_neutral_decorators(self, unit):
+        """``unit``'s node less its decorators that are a name or an attribute chain reaching
+        only units of NEUTRAL modules (``@cached``); the node itself where it has none. A call
+        (``@cached(version="2")``) stays: its arguments may stamp the results."""
+        decorators = getattr(unit.node, "decorator_list", [])
+        namespace = self.modules[unit.module].globals
+        kept = []
+        for decorator in decorators:
+            chain = _attribute_chain(decorator)
+            reached = (
+                self._resolve_chain(self._meanings(namespace[chain[0]]), chain[1])
+                if chain is not None and chain[0] in namespace
+                else set()
+            )
+            if not (reached and all(_is_neutral(name) for name in reached)):
+                kept.append(decorator)
+        if len(kept) == len(decorators):
+            return unit.node
+        node = copy.copy(unit.node)
+        node.decorator_list = kept
+        return node
+
+    def function_key(self, qualified_name, rule=RULE):
+        """The key of a function's results: a hash of its closure's digests (under ``rule``,
+        one of RULES)."""
         if qualified_name not in self.units:
             raise KeyError(f"{qualified_name} is not a function of {PACKAGE_NAME}'s source")
-        return _digest(json.dumps(self.closure([qualified_name])))
+        return _digest(json.dumps(self.closure([qualified_name], rule=rule)))
 
 
 def _dict_entries(value):
@@ -802,7 +835,9 @@ def notebook_dependencies(code, cells, profile, rule=RULE):
         [places[index], _digest("\n".join(per_cell[index]))] for index in sorted(per_cell)
     ]
     return Dependencies(
-        code.closure(units, attributes, profile), cell_digests, dict(sorted(inline.inlined.items()))
+        code.closure(units, attributes, profile, rule),
+        cell_digests,
+        dict(sorted(inline.inlined.items())),
     )
 
 
@@ -966,6 +1001,10 @@ def _scopes_own_names(rule):
 
 def _constants_by_value(rule):
     return RULES.index(rule) >= RULES.index("constants by value")
+
+
+def _drops_decorators(rule):
+    return RULES.index(rule) >= RULES.index("neutral decorators dropped")
 
 
 class _InlineConstants(ast.NodeTransformer):

@@ -685,6 +685,7 @@ def linear_runs(features, density, ratios, seeds, *, max_steps=45_000):
     return run.loss.reshape(shape), run.converged.reshape(shape)
 
 
+@cached
 @torch.no_grad()
 def rug_model_losses(features, densities, ratio, seed=0, samples=EVAL_SAMPLES):
     """The Persian rug at finite ns with the large-ns optimal a and b of each density, measured

@@ -1,8 +1,10 @@
+import contextlib
 import json
+import time
 
 import pytest
 
-from toycore import cache, profiles
+from toycore import cache, profiles, progress
 from toycore.book import reports
 from toycore.claims import (
     BesideTable,
@@ -326,6 +328,44 @@ def test_cache_reuses_results_and_is_keyed_by_code(tmp_path, monkeypatch):
     monkeypatch.setattr(cache, "code_key", lambda func: "changed-code")
     assert _square(3) == 9
     assert calls == [3, 4, 3]
+
+
+@cache.cached
+def _sum_of_squares(xs):
+    return sum(_square(x) for x in xs)
+
+
+def test_a_cached_computation_says_how_long_it_has_run_and_one_inside_it_does_not(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setenv("TOYCORE_CACHE", str(tmp_path))
+    shown = []
+
+    @contextlib.contextmanager
+    def elapsed(desc):
+        shown.append(desc)
+        yield
+
+    monkeypatch.setattr(cache, "elapsed", elapsed)
+    assert _sum_of_squares([5, 6]) == 61
+    assert shown == ["computing _sum_of_squares"]  # not its _square(5) and _square(6)
+    assert _sum_of_squares([5, 6]) == 61 and shown == ["computing _sum_of_squares"]  # read
+
+
+def test_the_elapsed_line_appears_after_its_delay_counts_and_is_cleared(monkeypatch, capsys):
+    monkeypatch.setattr(progress, "progress_enabled", lambda: True)
+    with progress.elapsed("computing quick", delay=2.0, every=0.05):
+        time.sleep(0.05)
+    assert capsys.readouterr().err == ""  # quick work shows nothing
+    with progress.elapsed("computing slow", delay=0.1, every=0.05):
+        time.sleep(1.6)
+    drawn = capsys.readouterr().err.split("\r")
+    assert "computing slow: 00:00" in drawn and "computing slow: 00:01" in drawn
+    assert drawn[-2].strip() == "" and drawn[-1] == ""  # the line is wiped when it ends
+    monkeypatch.setattr(progress, "progress_enabled", lambda: False)
+    with progress.elapsed("computing unseen", delay=0, every=0.05):
+        time.sleep(0.2)
+    assert capsys.readouterr().err == ""
 
 
 def test_a_cached_function_refuses_a_toycore_object_as_argument(tmp_path, monkeypatch):

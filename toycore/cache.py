@@ -59,6 +59,7 @@ import torch
 from . import devices
 from .dependencies import PACKAGE_NAME, Code, changes_in
 from .paths import build_dir
+from .progress import elapsed
 
 PACKAGE = Path(__file__).resolve().parent
 # The folder under the cache root where the book keeps executed chapters (toycore.book).
@@ -438,12 +439,15 @@ def call(func, args=(), kwargs=None, root=None, device=None):
 
 
 def _compute(func, args, kwargs):
-    """``func(*args, **kwargs)`` and its ``Timing``."""
+    """``func(*args, **kwargs)`` and its ``Timing``; in a live kernel, outside any other cached
+    computation, a line that says what runs and for how long (its trainings add their bars)."""
+    shown = len(_IN_PROGRESS) == 1  # the process's own: no other computation around it
     inside = _Computation()
     _IN_PROGRESS.append(inside)
     began = time.perf_counter()
     try:
-        result = func(*args, **kwargs)
+        with elapsed(f"computing {func.__name__}") if shown else contextlib.nullcontext():
+            result = func(*args, **kwargs)
     finally:
         _IN_PROGRESS.remove(inside)
     took = time.perf_counter() - began

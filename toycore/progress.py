@@ -6,9 +6,11 @@ a terminal. Output to a file or a pipe (a benchmark's log) gets none: there ever
 be a line of its own.
 """
 
+import contextlib
 import itertools
 import os
 import sys
+import threading
 import time
 
 from tqdm.auto import tqdm
@@ -18,6 +20,9 @@ from tqdm.auto import tqdm
 # paper run) still says how far each training had got, and how long each finished one took.
 LOG_EVERY_S = 10
 FEW_STEPS = 1000  # a bar of so few steps (shards, starts) writes a line at every one
+# An elapsed-time line appears once its work has run this long (quicker work shows none), and
+# is redrawn this often.
+ELAPSED_DELAY_S, ELAPSED_EVERY_S = 2.0, 1.0
 _numbers = itertools.count(1)
 
 
@@ -34,6 +39,31 @@ def progress_bar(total, desc):
     bar = tqdm(total=total, desc=desc, disable=not progress_enabled(), leave=False)
     log = os.environ.get("TOYCORE_PROGRESS_LOG")
     return _LoggedBar(bar, total, desc, log) if log else bar
+
+
+@contextlib.contextmanager
+def elapsed(desc, delay=ELAPSED_DELAY_S, every=ELAPSED_EVERY_S):
+    """For work with no steps to count: in live kernels and terminals, once it has run
+    ``delay`` seconds, a line "desc: 00:05" that counts the time every ``every`` seconds until
+    the work is done; nothing otherwise."""
+    if not progress_enabled():
+        yield
+        return
+    bar = tqdm(total=None, desc=desc, bar_format="{desc}: {elapsed}", delay=delay, leave=False)
+    done = threading.Event()
+
+    def redraw():  # tqdm redraws on updates alone (after its delay): an empty one a tick
+        while not done.wait(every):
+            bar.update(0)
+
+    clock = threading.Thread(target=redraw, daemon=True)
+    clock.start()
+    try:
+        yield
+    finally:
+        done.set()
+        clock.join()
+        bar.close()
 
 
 class _LoggedBar:

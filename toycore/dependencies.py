@@ -10,8 +10,8 @@ the results and records that run it.
 module's other top-level statements (its *preamble*). A unit's digest is the sha256 of its
 syntax tree, normalised: docstrings, comments and formatting are gone, and so are the things
 that cannot change a number: annotations of arguments and returns, the messages of ``raise``
-and ``assert``, ``print`` calls, and decorators that name a function of a module below that
-cannot change a number (``@cached``).
+and ``assert``, ``print`` calls, and decorators that name a function of a module that cannot
+change a number (``NEUTRAL``, below: ``@cached``).
 
 **Closure.** A unit depends on the units its names resolve to in its module (through
 ``import`` and ``from ... import``, relative or not, and attribute chains such as

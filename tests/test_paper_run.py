@@ -3,6 +3,7 @@ cleanly at its budget, records each part as it finishes, resumes without running
 is recorded, and packs the records and its log into two files."""
 
 import json
+import re
 import tarfile
 import time
 
@@ -162,6 +163,13 @@ def test_a_part_s_progress_bars_are_logged_finished_or_where_they_stopped(tmp_pa
     # a finished bar shorter than ``shortest`` is left out, an unfinished one never
     assert [line.strip().split(":")[0] for line in paper.progress_lines(path, 60)] == ["a training"]
     assert paper.progress_lines(tmp_path / "none.log") == []
+    # work with no steps to count (a cached computation) is logged by its time alone, shown or
+    # not: a part stopped inside it says what it was computing
+    monkeypatch.setattr(progress, "progress_enabled", lambda: False)
+    with progress.elapsed("computing rug_model_losses", every=0.05):
+        time.sleep(0.2)
+    last = paper.progress_lines(path, shortest=0)[-1].strip()
+    assert re.fullmatch(r"computing rug_model_losses: after [0-9.]+ s \(done\)", last), last
 
 
 def test_the_plan_records_every_section_that_has_rows_once():

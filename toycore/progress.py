@@ -45,11 +45,21 @@ def progress_bar(total, desc):
 def elapsed(desc, delay=ELAPSED_DELAY_S, every=ELAPSED_EVERY_S):
     """For work with no steps to count: in live kernels and terminals, once it has run
     ``delay`` seconds, a line "desc: 00:05" that counts the time every ``every`` seconds until
-    the work is done; nothing otherwise."""
-    if not progress_enabled():
+    the work is done; logged as a bar is where TOYCORE_PROGRESS_LOG names a file (a budgeted
+    run stopped mid-cell then says what it was computing); nothing otherwise."""
+    shown, log = progress_enabled(), os.environ.get("TOYCORE_PROGRESS_LOG")
+    if not (shown or log):
         yield
         return
-    bar = tqdm(total=None, desc=desc, bar_format="{desc}: {elapsed}", delay=delay, leave=False)
+    bar = tqdm(
+        total=None,
+        desc=desc,
+        bar_format="{desc}: {elapsed}",
+        delay=delay,
+        leave=False,
+        disable=not shown,
+    )
+    bar = _LoggedBar(bar, None, desc, log) if log else bar
     done = threading.Event()
 
     def redraw():  # tqdm redraws on updates alone (after its delay): an empty one a tick
@@ -68,7 +78,8 @@ def elapsed(desc, delay=ELAPSED_DELAY_S, every=ELAPSED_EVERY_S):
 
 class _LoggedBar:
     """``bar``, with lines "#k desc: n of total after t s (running|done)" appended to ``path``
-    (k numbers the bars of a process: descriptions repeat)."""
+    (k numbers the bars of a process: descriptions repeat); "#k desc: after t s (...)" for a
+    bar with no total (``elapsed``)."""
 
     def __init__(self, bar, total, desc, path):
         self.bar, self.total, self.desc, self.path = bar, total, desc, path
@@ -79,7 +90,8 @@ class _LoggedBar:
     def update(self, n=1):
         self.bar.update(n)
         self.n += n
-        if self.total <= FEW_STEPS or time.monotonic() - self.written >= LOG_EVERY_S:
+        few = self.total is not None and self.total <= FEW_STEPS
+        if few or time.monotonic() - self.written >= LOG_EVERY_S:
             self._write("running")
 
     def close(self):
@@ -89,7 +101,8 @@ class _LoggedBar:
     def _write(self, state):
         self.written = time.monotonic()
         with open(self.path, "a") as log:
+            counted = f"{self.n:,} of {self.total:,} " if self.total is not None else ""
             log.write(
-                f"{self.label} {self.desc}: {self.n:,} of {self.total:,} after "
+                f"{self.label} {self.desc}: {counted}after "
                 f"{self.written - self.start:.1f} s ({state})\n"
             )

@@ -14,7 +14,8 @@ back, two files in ``DIR``:
                            stopped at the budget, not started, or failed (and why), and under
                            a part that ran, its cells of a second or more and where it stopped,
                            then its trainings: each finished one's steps and seconds, and how
-                           far an unfinished one had got, then what its cells printed (a
+                           far an unfinished one had got (its other cached computations by
+                           their time alone), then what its cells printed (a
                            failed row's diagnosis, where no GPU is at hand to run it again)
 
 Unpack the tarball at the repository's root (``tar xzf DIR/paper-records.tar.gz``) and commit

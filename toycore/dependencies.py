@@ -501,12 +501,8 @@ class Code:
         namespace = self.modules[unit.module].globals
         kept = []
         for decorator in decorators:
-            chain = _attribute_chain(decorator)
-            reached = (
-                self._resolve_chain(self._meanings(namespace[chain[0]]), chain[1])
-                if chain is not None and chain[0] in namespace
-                else set()
-            )
+            called = isinstance(decorator, ast.Call)
+            reached = set() if called else self.resolve_names(namespace, decorator)[0]
             if not (reached and all(_is_neutral(name) for name in reached)):
                 kept.append(decorator)
         if len(kept) == len(decorators):

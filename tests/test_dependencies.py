@@ -73,16 +73,15 @@ def original():
     return Code.from_folder(PACKAGE)
 
 
+def _chapter_key(code, chapter, rule=RULES[-1]):
+    """A whole chapter's record key."""
+    cells = json.loads((REPO_ROOT / "chapters" / f"{chapter}.ipynb").read_text())["cells"]
+    return notebook_dependencies(code, cells, "paper", rule).key
+
+
 def _keys(code):
     """Every chapter's record key and the probe's."""
-    keys = {
-        chapter: notebook_dependencies(
-            code,
-            json.loads((REPO_ROOT / "chapters" / f"{chapter}.ipynb").read_text())["cells"],
-            "paper",
-        ).key
-        for chapter in CHAPTERS
-    }
+    keys = {chapter: _chapter_key(code, chapter) for chapter in CHAPTERS}
     keys["99_probe"] = notebook_dependencies(code, probe_cells(), "paper").key
     return keys
 
@@ -577,6 +576,49 @@ def test_importing_one_more_name_stales_nothing_and_older_lists_are_relisted(tmp
     ]
 
 
+def test_a_progress_bar_stales_nothing_and_what_feeds_numbers_still_counts(copy, original):
+    """Taking the progress bars out of the training loops and the critical-point search
+    (``bar = progress_bar(...)``, ``bar.update(1)``, ``bar.close()``) and wrapping a step in
+    ``with elapsed(...)`` change no record's key and no cached result's key, where the rule
+    before staled every chapter. A bar fed by a call that is not neutral, a bar that kept code
+    reads, and a neutral call whose result feeds numbers all still count."""
+    folder, edit = copy
+    for relative in ("train.py", "experiments/linear.py"):
+        path = folder / relative
+        lines = path.read_text().splitlines(keepends=True)
+        path.write_text("".join(line for line in lines if not line.strip().startswith("bar")))
+    edit(
+        "train.py",
+        "        optim.step()\n",
+        "        with elapsed(desc):\n            optim.step()\n",
+    )
+    edit("train.py", "import progress_bar", "import elapsed, progress_bar")
+    bare = Code.from_folder(folder)
+    assert _keys(bare) == _keys(original)
+    assert _result_keys(bare) == _result_keys(original)
+    name, before = "toycore.train.train", RULES[RULES.index("neutral calls dropped") - 1]
+    assert bare.function_key(name, before) != original.function_key(name, before)
+    for chapter in CHAPTERS:  # each trains through a loop with a bar
+        assert _chapter_key(bare, chapter, before) != _chapter_key(original, chapter, before)
+
+    def train_key(old, new):
+        edit("train.py", old, new)
+        key = Code.from_folder(folder).function_key(name)
+        edit("train.py", new, old)
+        return key
+
+    plain, step = bare.function_key(name), "        optim.zero_grad("
+    fed = "        bar = progress_bar(steps, desc)\n        bar.update(model.step())\n"
+    assert train_key(step, fed + step) != plain  # the model's step may change numbers
+    read = "        bar = progress_bar(steps, desc)\n        lr = lr * bar.n\n"
+    assert train_key(step, read + step) != plain
+    assert train_key("with elapsed(desc):", "with elapsed(desc) as lr:") != plain
+    runs = "runs = iter(shards.run(train_group, calls, desc))"
+    edit("experiments/rug_training.py", runs, runs.replace("calls,", "calls[:1],"))
+    chapter = "05_persian_rug"
+    assert _chapter_key(Code.from_folder(folder), chapter) != _chapter_key(original, chapter)
+
+
 def _relisted_from_an_earlier_rule(tmp_path, cells, section, rule, code):
     """Commit a chapter of ``cells``, record ``section`` as listed under the earlier ``rule``,
     relist it: it must come out current, listed as the present rule lists it. Returns what
@@ -718,8 +760,12 @@ def test_a_literal_constant_counts_by_its_value_where_a_row_names_it(copy, origi
     # a part listed when rt.BATCH counted as a unit, relisted from its commit
     cells = probe_cells(measured="sweep.loss.mean() * rt.BATCH")
     stale = _relisted_from_an_earlier_rule(tmp_path, cells, 1, "own names scoped", original)
-    # (and the cached training, whose decorator counted then)
-    assert stale == ["experiments.rug_training.train_group", "the code of §1 cell 3"]
+    # (and the cached training, whose decorator counted then, and its loop's progress bar)
+    assert stale == [
+        "experiments.rug_training.train_group",
+        "train.train_until_converged",
+        "the code of §1 cell 3",
+    ]
 
 
 def test_caching_a_function_stales_nothing_and_older_lists_are_relisted(copy, original, tmp_path):
@@ -741,12 +787,13 @@ def test_caching_a_function_stales_nothing_and_older_lists_are_relisted(copy, or
         cells = json.loads((REPO_ROOT / "chapters" / "05_persian_rug.ipynb").read_text())["cells"]
         return notebook_dependencies(code, cells, "paper", rule)
 
-    assert chapter_5(cached, RULES[-2]).key != chapter_5(original, RULES[-2]).key
+    before = RULES[RULES.index("neutral decorators dropped") - 1]
+    assert chapter_5(cached, before).key != chapter_5(original, before).key
     stamped = "@cached(version='2')\n@torch.no_grad()\ndef rug_model_losses("
     edit("experiments/persian_rug.py", "@cached\n" + uncached, stamped)
     assert chapter_5(Code.from_folder(folder)).key != chapter_5(original).key
     edit("experiments/persian_rug.py", stamped, "def rug_model_losses(")  # no_grad gone
     assert chapter_5(Code.from_folder(folder)).key != chapter_5(original).key
     # the probe's training is cached: a part listed when @cached counted, relisted
-    stale = _relisted_from_an_earlier_rule(tmp_path, probe_cells(), 1, RULES[-2], original)
-    assert stale == ["experiments.rug_training.train_group"]
+    stale = _relisted_from_an_earlier_rule(tmp_path, probe_cells(), 1, before, original)
+    assert stale == ["experiments.rug_training.train_group", "train.train_until_converged"]

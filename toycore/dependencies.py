@@ -10,8 +10,10 @@ the results and records that run it.
 module's other top-level statements (its *preamble*). A unit's digest is the sha256 of its
 syntax tree, normalised: docstrings, comments and formatting are gone, and so are the things
 that cannot change a number: annotations of arguments and returns, the messages of ``raise``
-and ``assert``, ``print`` calls, and decorators that name a function of a module that cannot
-change a number (``NEUTRAL``, below: ``@cached``).
+and ``assert``, ``print`` calls, decorators that name a function of a module that cannot
+change a number (``NEUTRAL``, below: ``@cached``), and the statements that only drive such a
+module's objects (a progress bar: ``bar = progress_bar(n, desc)``, ``bar.update(1)``; ``with
+elapsed(desc):`` around a body, which stays).
 
 **Closure.** A unit depends on the units its names resolve to in its module (through
 ``import`` and ``from ... import``, relative or not, and attribute chains such as
@@ -91,14 +93,16 @@ PROFILES = ("ci", "cpu", "paper")  # as toycore.profiles.PROFILES, without impor
 # Then a toycore constant that is a literal counts by its value where a row's code names it,
 # so that naming a number the chapter wrote out (``ex.HEADLINE_DENSITY`` for 0.045) stales
 # nothing, and changing the constant's value stales what reads it.
-# Last, a decorator that names a neutral module's function (``@cached``) is no part of the
-# unit it decorates: caching a function changes none of its numbers.
+# Then a decorator that names a neutral module's function (``@cached``) is no part of the
+# unit it decorates: caching a function changes none of its numbers. Last, nor are the
+# statements that only drive a neutral module's objects (a progress bar and its updates).
 RULES = (
     "whole imports",
     "imported names used",
     "own names scoped",
     "constants by value",
     "neutral decorators dropped",
+    "neutral calls dropped",
 )
 RULE = RULES[-1]
 
@@ -484,11 +488,14 @@ class Code:
     def digest(self, unit_name, profile=None, read=None, rule=RULE):
         """A unit's digest; with ``profile``, a profile table's counts that profile's entry,
         and with ``read`` (names read as attributes), only the settings among them; under
-        ``rule`` (one of RULES), without the decorators that name neutral functions."""
+        ``rule`` (one of RULES), without the decorators that name neutral functions and the
+        statements that only drive neutral objects."""
         unit = self.units[unit_name]
         node = self._without_neutral_decorators(unit) if _drops_decorators(rule) else unit.node
+        if _drops_neutral_calls(rule):
+            node = self._without_neutral_calls(unit, node)
         entry = _profile_entry(node, profile, read) if profile is not None else node
-        key = (unit_name, profile, read if entry is not node else None, node is not unit.node)
+        key = (unit_name, profile, read if entry is not node else None, rule)
         if key not in self._digests:
             self._digests[key] = _digest(_dump(entry))
         return self._digests[key]
@@ -510,6 +517,117 @@ class Code:
         node = copy.copy(unit.node)
         node.decorator_list = kept
         return node
+
+    def _without_neutral_calls(self, unit, node):
+        """``node`` less the statements that only drive a NEUTRAL module's objects (a progress
+        bar: ``bar = progress_bar(n, desc)``, ``bar.update(1)``, ``bar.close()``; ``with
+        elapsed(desc):`` around a body, which stays); ``node`` itself where it has none.
+
+        A call is neutral where its function is a name or attribute chain reaching only units
+        of NEUTRAL modules (a name the unit binds locally never is), and its arguments call
+        nothing but neutral functions (``bar.update(model.step())`` stays: the step changes
+        numbers). A variable is neutral where every binding of it is a neutral call and it is
+        read only by the statements dropped here: ``runs = shards.run(train_group, ...)``,
+        whose results feed numbers, stays."""
+        namespace = self.modules[unit.module].globals
+        parameters = {a.arg for a in ast.walk(node) if isinstance(a, ast.arg)}
+        local = _stored_names(node) | parameters
+
+        def calls_only_neutral(nodes):
+            return all(
+                not isinstance(child, ast.Call) or neutral(child)
+                for item in nodes
+                for child in ast.walk(item)
+            )
+
+        def neutral(call):
+            chain = _attribute_chain(call.func)
+            if chain is None or chain[0] in local:
+                return False
+            reached = self.resolve_names(namespace, call.func)[0]
+            if not (reached and all(_is_neutral(name) for name in reached)):
+                return False
+            return calls_only_neutral(call.args + [k.value for k in call.keywords])
+
+        def method_of(call, variables):  # bar.update(1), bar a neutral variable
+            chain = _attribute_chain(call.func)
+            return (
+                chain is not None
+                and chain[1] != []
+                and chain[0] in variables
+                and calls_only_neutral(call.args + [k.value for k in call.keywords])
+            )
+
+        bindings = {}  # a name -> how many of its bindings are neutral calls
+        for child in ast.walk(node):
+            if isinstance(child, ast.Assign) and isinstance(child.value, ast.Call):
+                if len(child.targets) == 1 and isinstance(child.targets[0], ast.Name):
+                    if neutral(child.value):
+                        bindings[child.targets[0].id] = bindings.get(child.targets[0].id, 0) + 1
+            elif isinstance(child, ast.withitem) and isinstance(child.optional_vars, ast.Name):
+                if isinstance(child.context_expr, ast.Call) and neutral(child.context_expr):
+                    name = child.optional_vars.id
+                    bindings[name] = bindings.get(name, 0) + 1
+        stores = {}
+        for child in ast.walk(node):
+            if isinstance(child, ast.Name) and isinstance(child.ctx, (ast.Store, ast.Del)):
+                stores[child.id] = stores.get(child.id, 0) + 1
+        variables = {n for n, k in bindings.items() if k == stores.get(n) and n not in parameters}
+
+        def dropped(stmt, variables):
+            if isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Call):
+                target = stmt.targets[0] if len(stmt.targets) == 1 else None
+                return (
+                    isinstance(target, ast.Name) and target.id in variables and neutral(stmt.value)
+                )
+            if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
+                return neutral(stmt.value) or method_of(stmt.value, variables)
+            return False
+
+        def unwrapped(stmt, variables):  # with elapsed(desc): its body alone
+            return isinstance(stmt, ast.With) and all(
+                isinstance(item.context_expr, ast.Call)
+                and neutral(item.context_expr)
+                and (
+                    item.optional_vars is None
+                    or getattr(item.optional_vars, "id", None) in variables
+                )
+                for item in stmt.items
+            )
+
+        while True:  # a variable read anywhere but in a dropped statement is not neutral
+            ignored = set()
+            for child in ast.walk(node):
+                if isinstance(child, ast.stmt) and dropped(child, variables):
+                    ignored |= {id(n) for n in ast.walk(child)}
+                elif unwrapped(child, variables):
+                    ignored |= {id(n) for item in child.items for n in ast.walk(item)}
+            reads = {
+                n.id
+                for n in ast.walk(node)
+                if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and id(n) not in ignored
+            }
+            if not variables & reads:
+                break
+            variables -= reads
+
+        class Drop(ast.NodeTransformer):
+            def generic_visit(self, child):
+                super().generic_visit(child)
+                for name in ("body", "orelse", "finalbody"):
+                    value = getattr(child, name, None)
+                    if isinstance(value, list) and value and isinstance(value[0], ast.stmt):
+                        kept = []
+                        for stmt in value:
+                            if unwrapped(stmt, variables):
+                                kept += stmt.body
+                            elif not dropped(stmt, variables):
+                                kept.append(stmt)
+                        setattr(child, name, kept or ([ast.Pass()] if name != "orelse" else []))
+                return child
+
+        reduced = Drop().visit(_copy(node))
+        return node if _dump(reduced) == _dump(node) else reduced
 
     def function_key(self, qualified_name, rule=RULE):
         """The key of a function's results: a hash of its closure's digests (under ``rule``,
@@ -1001,6 +1119,10 @@ def _constants_by_value(rule):
 
 def _drops_decorators(rule):
     return RULES.index(rule) >= RULES.index("neutral decorators dropped")
+
+
+def _drops_neutral_calls(rule):
+    return RULES.index(rule) >= RULES.index("neutral calls dropped")
 
 
 class _InlineConstants(ast.NodeTransformer):

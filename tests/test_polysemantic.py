@@ -341,15 +341,15 @@ def test_persistence_reads_the_law_and_refuses_a_short_sweep():
         ex.persistence(short)
 
 
-def test_the_law_fit_reads_the_constant_pooled_and_at_each_m():
+def test_the_law_fit_reads_the_constant_at_each_m_alike_and_pooled():
     # counts (hiddens, seeds) written out by hand for n = 8, m = 4, 16, 64 (n²/m = 16, 4, 1)
     counts = np.array([[4, 4], [2, 0], [1, 1]])
     sweep = ex.PolysemanticSweep(8, np.array([4, 16, 64]), np.arange(2), 1e-3, [], counts, [])
     fit = ex.law_fit(sweep)
     # each m alone: mean count / (n²/m)
     assert fit.per_m.tolist() == pytest.approx([4 / 16, 1 / 4, 1 / 1])
-    # least squares through the origin per seed: Σ count·x / Σ x², x = 16, 4, 1
-    seed_0, seed_1 = (64 + 8 + 1) / 273, (64 + 0 + 1) / 273
+    # each seed: count / x averaged over m, each m alike (x = n²/m = 16, 4, 1)
+    seed_0, seed_1 = (4 / 16 + 2 / 4 + 1 / 1) / 3, (4 / 16 + 0 / 4 + 1 / 1) / 3
     assert fit.per_seed.tolist() == pytest.approx([seed_0, seed_1])
     assert fit.constant == pytest.approx((seed_0 + seed_1) / 2)
     exact = dataclasses.replace(sweep, counts=np.array([[4, 4], [1, 1]]), hiddens=np.array([4, 16]))

@@ -32,6 +32,9 @@ DTYPE = torch.float64
 FIGURE3_L1 = 1e-3
 FIGURE3_LR = 1e-3
 FIGURE3_STEPS = 7500
+# Above this n (the text's is 256) Figure 3's final winners coincide measurably less often than
+# 1/(2m): where features land (the landing rows) is the chapter's reading of why
+FEWER_COLLISIONS_ABOVE_N = 128
 
 
 # --- the sparsification ODE without interference ----------------------------------------------
@@ -1188,23 +1191,25 @@ def rotation_run(features, hidden, seeds, l1, *, steps, lr, optimizer, seed=0):
 
 @dataclass(frozen=True)
 class LawFit:
-    """The fit count = c n²/m of a Figure 3 sweep, and the log-log slope of the mean count."""
+    """The constant c of count = c n²/m in a Figure 3 sweep, and the log-log slope of the mean
+    count."""
 
-    constant: float  # c, the mean of the per-seed fits
+    constant: float  # c: count·m/n², mean over m (each m alike) and seeds
     interval: tuple  # (low, high) its t-interval over seeds
-    per_seed: np.ndarray  # (seeds,) c fitted to each seed over all m
+    per_seed: np.ndarray  # (seeds,) each seed's count·m/n², mean over m
     per_m: np.ndarray  # (hiddens,) c read at each m alone: mean count·m/n²
     slope: float  # d log(mean count) / d log m
 
 
 def law_fit(sweep, confidence=0.95):
-    """Fit count = c n²/m through the origin, per seed over all m, and pool the seeds.
+    """The constant c of count = c n²/m: count·m/n² averaged over m, each m of the sweep
+    counting alike (the text's claim is the same at every m; a least-squares fit of count =
+    c n²/m would weigh each m by (n²/m)² and read mostly the smallest), then over seeds.
 
-    Returns c (the mean of the per-seed fits) with its t-interval over seeds, c read at each m
-    alone, and the slope of log(mean count) against log m (the law says -1). The fit weighs
-    each m by (n²/m)², so it reads mostly the smallest m; the per-m values show the rest."""
+    Returns c with its t-interval over seeds, c read at each m alone, and the slope of
+    log(mean count) against log m (the law says -1)."""
     x = sweep.features**2 / sweep.hiddens.astype(float)  # (hiddens,)
-    per_seed = (sweep.counts * x[:, None]).sum(0) / (x**2).sum()  # (seeds,)
+    per_seed = (sweep.counts / x[:, None]).mean(0)  # (seeds,)
     half = seed_tolerance(per_seed, confidence)
     mean_count = sweep.counts.mean(1)
     slope = log_slope(sweep.hiddens, np.maximum(mean_count, 1e-12))

@@ -248,7 +248,7 @@ def polysemantic_law(sweep, fit):
         fit.constant * n**2 / grid,
         color="C1",
         lw=1,
-        label=f"fit {fit.constant:.3f} n²/m  [{low:.3f}, {high:.3f}]",
+        label=f"{fit.constant:.3f} n²/m (count·m/n², mean over m)  [{low:.3f}, {high:.3f}]",
     )
     ax.set(
         xscale="log",

@@ -39,6 +39,18 @@ def sigma():
     return th.second_moment(_sparse_samples(0))
 
 
+def test_the_moments_standard_errors_are_their_spread_over_seeds():
+    """The exact standard error of each moment (entries averaged, pairs as a U-statistic) is
+    the spread of one seed's value over 300 seeds, divided by the root of the seeds' count."""
+    seeds = list(range(300))
+    found = ex.moments(6, 0.6, 64, seeds)
+    for name, moment in found.items():
+        predicted = moment.standard_error * np.sqrt(len(seeds))  # one seed's standard deviation
+        # the spread of 300 values is known to about 4% (more for a skewed indicator)
+        assert moment.spread == pytest.approx(predicted, rel=0.15), name
+        assert abs(moment.measured - moment.exact) < 5 * moment.standard_error, name
+
+
 def test_population_second_moment_spectrum():
     D, S = 7, 0.8
     values = torch.linalg.eigvalsh(th.population_second_moment(D, S))

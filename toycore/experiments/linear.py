@@ -70,8 +70,11 @@ class Moment:
 def moments(features, sparsity, samples, seeds):
     """Monte Carlo E x_i, E x_i^2, E x_i x_j (i != j), the share of zero entries of x ⊗ x on
     and off its diagonal, and the number of active features per data point, per seed, with the
-    standard error of their mean over seeds (conservatively counting one independent value per
-    sample), as {"mean" | "square" | "cross" | "zero_square" | "zero_cross" | "active": Moment}."""
+    exact standard error of their mean over all samples and seeds, as {"mean" | "square" |
+    "cross" | "zero_square" | "zero_cross" | "active": Moment}. Each sample's value averages
+    over its D entries (independent) or its D(D-1) pairs of entries: the latter a U-statistic,
+    whose variance is (4(D-2) ζ₁ + 2 ζ₂) / (D(D-1)), ζ₁ the variance of the pair value given one
+    entry and ζ₂ that of the pair value."""
     x = dataset(features, sparsity, samples, seeds)  # (seeds, samples, features)
     off_diagonal = ~torch.eye(features, dtype=torch.bool)
     products = x.transpose(-1, -2) @ x / samples
@@ -92,12 +95,21 @@ def moments(features, sparsity, samples, seeds):
         "zero_cross": 1 - density**2,
         "active": density * features,
     }
-    variance = {  # variance of one value x_i, x_i^2, x_i x_j, an indicator or a count
-        "mean": exact["variance"],
-        "square": exact["fourth"] - exact["square"] ** 2,
-        "cross": exact["square"] ** 2 - exact["cross"] ** 2,
-        "zero_square": sparsity * density,
-        "zero_cross": density**2 * (1 - density**2),
+    pairs = features * (features - 1)
+
+    def pair_average(given_one, whole):  # the variance of a U-statistic over a sample's pairs
+        return (4 * (features - 2) * given_one + 2 * whole) / pairs
+
+    variance = {  # the variance of one sample's value
+        "mean": exact["variance"] / features,
+        "square": (exact["fourth"] - exact["square"] ** 2) / features,
+        # x_i x_j given x_i is x_i E x: ζ₁ = (E x)² Var x
+        "cross": pair_average(
+            exact["mean"] ** 2 * exact["variance"], exact["square"] ** 2 - exact["cross"] ** 2
+        ),
+        "zero_square": sparsity * density / features,
+        # 1 - a_i a_j given the indicator a_i is 1 - a_i ρ: ζ₁ = ρ² ρ(1 - ρ)
+        "zero_cross": pair_average(density**3 * sparsity, density**2 * (1 - density**2)),
         "active": features * sparsity * density,
     }
     n = samples * len(seeds)

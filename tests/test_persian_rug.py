@@ -171,13 +171,35 @@ def test_loss_parts_split_a_models_loss_by_whether_each_feature_is_on():
     squared, on = (x - y) ** 2, x > 0
     assert np.allclose(parts.on, (squared * on).sum(1) / on.sum(1))
     assert np.allclose(parts.off, (squared * ~on).sum(1) / (~on).sum(1))
+    cut = on & (y == 0)  # the ReLU cut an active feature: the loss is x²
+    assert cut.any() and np.allclose(parts.cut, (x**2 * cut).sum(1) / on.sum(1))
     assert np.allclose(parts.diagonal, np.diagonal(W, axis1=1, axis2=2))
+    decisions = (1 - p) * parts.off.mean(-1) + p * parts.cut.mean(-1)
+    assert np.allclose(
+        ex.values_over_decisions(parts, p), p * (parts.on - parts.cut).mean(-1) / decisions
+    )
     makeup = ex.gap_makeup([parts], p, 0.25, weak_below=1.0)
     weak = parts.diagonal < 1.0
     loss = (1 - p) * parts.off + p * parts.on
     assert makeup.weak[0] == pytest.approx(weak.mean())
     assert makeup.weak_loss[0] == pytest.approx(loss[weak].sum() / loss.sum())
     assert makeup.off[0] == pytest.approx((1 - p) * parts.off.mean())
+    assert makeup.cut[0] == pytest.approx(p * parts.cut.mean())
+
+
+def test_the_cut_part_of_the_on_term_agrees_with_monte_carlo_and_appendix_b():
+    rng = np.random.default_rng(0)
+    u, noise = rng.random(2_000_000), rng.normal(size=2_000_000)
+    for a, b, sigma in [(1.29, -0.45, 0.21), (0.8, 0.1, 0.5), (1.0, -0.2, 0.05)]:
+        sampled = u**2 * (a * (u + sigma * noise) + b < 0)
+        se = sampled.std() / np.sqrt(u.size)
+        assert abs(th.macroscopic_cut(a, b, sigma) - sampled.mean()) < 4 * se
+        if b <= 0:  # appendix B's E_r, its mean -|μ| at b/a
+            assert th.macroscopic_cut(a, b, sigma) == pytest.approx(
+                th.on_term_parts(b / a, sigma)[0], rel=1e-12
+            )
+    with pytest.raises(ValueError, match="a"):
+        th.macroscopic_cut(0.0, -0.1, 0.2)
 
 
 def test_macroscopic_loss_agrees_with_monte_carlo():

@@ -233,6 +233,16 @@ def _macroscopic_parts(a, b, sigma):
     return off, on
 
 
+def macroscopic_cut(a, b, sigma):
+    """The part of L_on where the ReLU cuts the active feature to zero, E u² 1(a(u + ν) + b < 0),
+    ν ~ N(0, σ²), u ~ U[0,1] (appendix B's E_r, at any a > 0 and b): Φ in closed form, the u
+    integral by quadrature."""
+    check_range("a", a, 0, low_open=True)
+    check_range("b", b)
+    check_sigma(sigma)
+    return float(U_WEIGHTS @ (U_NODES**2 * ndtr(-(U_NODES + b / a) / sigma)))
+
+
 def output_losses(a, b, sigma, p, chunk=256):
     """``macroscopic_loss`` of many outputs at once, elementwise over arrays a (nonzero), b,
     σ (> 0) and p of one shape, a chunk of outputs at a time (each integral holds 2000 nodes).

@@ -754,6 +754,10 @@ def test_a_chapter_says_where_its_record_stands_part_by_part(tmp_path, monkeypat
     assert records.verdict_text(dict(passed=True, outside_regime="n < 4")) == (
         "holds (outside the text's regime: not counted)"
     )
+    rows = [dict(id="a", passed=True), dict(id="b", passed=False), dict(id="c", passed=False)]
+    assert records.all_held(rows[:1]) == "all hold"
+    assert records.all_held(rows[:2]) == "do not all hold (b does not)"
+    assert records.all_held(rows) == "do not all hold (b and c do not)"
     assert records.verdict_text(records.recorded_row("99_example", "zz", tmp_path)) == (
         "is not yet recorded"
     )

@@ -66,6 +66,7 @@ from .dependencies import (
 )
 from .paths import REPO_ROOT
 from .profiles import PROFILES
+from .words import id_list
 
 FOLDER = REPO_ROOT / "results" / "paper"
 PROVENANCE = (
@@ -403,6 +404,15 @@ def recorded_text(chapter, claim_id, spec=".2f", folder=None):
 def held(row):
     """Whether a row's claim held, in words for prose: "holds" or "does not hold"."""
     return "holds" if row["passed"] else "does not hold"
+
+
+def all_held(rows):
+    """Whether several rows' claims held, in words for prose: "all hold", or "do not all hold
+    (a and b do not)"."""
+    failed = [row["id"] for row in rows if not row["passed"]]
+    if not failed:
+        return "all hold"
+    return f"do not all hold ({id_list(failed)} {'does' if len(failed) == 1 else 'do'} not)"
 
 
 def verdict_text(row):

@@ -187,6 +187,18 @@ def test_loss_parts_split_a_models_loss_by_whether_each_feature_is_on():
     assert makeup.cut[0] == pytest.approx(p * parts.cut.mean())
 
 
+def test_interference_means_are_the_mean_push_from_the_other_features():
+    features, p = 12, 0.3
+    rng = np.random.default_rng(1)
+    W = rng.normal(size=(2, features, features))
+    x = rng.random((400_000, features)) * (rng.random((400_000, features)) < p)
+    for model in range(2):
+        off = W[model] - np.diag(np.diagonal(W[model]))
+        nu = x @ off.T  # (samples, ns): ν_i = Σ_{j≠i} W_ij x_j
+        se = nu.std(0) / np.sqrt(len(x))
+        assert np.all(np.abs(th.interference_means(W, p)[model] - nu.mean(0)) < 4 * se)
+
+
 def test_the_cut_part_of_the_on_term_agrees_with_monte_carlo_and_appendix_b():
     rng = np.random.default_rng(0)
     u, noise = rng.random(2_000_000), rng.normal(size=2_000_000)

@@ -1039,6 +1039,8 @@ HEADLINE_DENSITY = 0.045
 HEADLINE_RATIO = 0.25
 # "Trained models lose what the rug loses" read as within 5% (ours), from both sides.
 HEADLINE_TOLERANCE = 0.05
+# An output whose diagonal W_ii is below this has given its feature up (a dead output)
+DEAD_DIAGONAL = 0.1
 # The text's largest ns: Figure 6's caption ("once ns reaches 8192 ...") and the authors' script
 # for Figure 2 (section 13)
 TEXT_LARGEST_SIZE = 8192

@@ -135,6 +135,14 @@ def interference_variances(W, p):
     return feature_variance(p) * off
 
 
+def interference_means(W, p):
+    """E ν_i = Σ_{j≠i} W_ij E x_j for every row of W (..., ns, ns), E x_j = p/2: the push that
+    output i receives from the other features on average, which adds to its bias."""
+    check_density(p)
+    off = W.sum(-1) - np.diagonal(W, axis1=-2, axis2=-1)
+    return off * p / 2
+
+
 # --- statistics of a trained W (figures 4 to 7) ----------------------------------------------
 
 

@@ -131,6 +131,7 @@ class SpectrumSplitting:
     sample_sizes: np.ndarray  # (sizes,) the sample sizes T
     width: np.ndarray  # (sizes, seeds) relative bulk width (λ_2 - λ_D) / bulk
     top_error: np.ndarray  # (sizes, seeds) relative error of the top eigenvalue
+    bulk_error: np.ndarray  # (sizes, seeds) relative error of the mean of λ_2, ..., λ_D
     slope: float  # fitted log-log slope of the mean width against T
     population: dict  # {"top", "bulk"}: the population's two eigenvalues
 
@@ -138,21 +139,24 @@ class SpectrumSplitting:
 def spectrum_splitting(features, sparsity, sample_sizes, seeds):
     """How the population's degenerate bulk eigenvalue splits in sample second-moment matrices.
 
-    Returns per sample size T the relative bulk width (λ_2 - λ_D) / bulk and the relative error
-    of the top eigenvalue, each as (seeds,) arrays, plus the fitted log-log slope of the width.
+    Returns per sample size T the relative bulk width (λ_2 - λ_D) / bulk and the relative errors
+    of the top eigenvalue and of the bulk's mean, each as (seeds,) arrays, plus the fitted
+    log-log slope of the width.
     """
     population = th.population_spectrum(features, sparsity)
-    width, top_error = [], []
+    width, top_error, bulk_error = [], [], []
     for T in sample_sizes:
         eigenvalues, _ = th.eigh_descending(th.second_moment(dataset(features, sparsity, T, seeds)))
         width.append(((eigenvalues[:, 1] - eigenvalues[:, -1]) / population["bulk"]).numpy())
         top_error.append((eigenvalues[:, 0] / population["top"] - 1).numpy())
+        bulk_error.append((eigenvalues[:, 1:].mean(-1) / population["bulk"] - 1).numpy())
     width = np.array(width)
     slope = np.polyfit(np.log(sample_sizes), np.log(width.mean(1)), 1)[0]
     return SpectrumSplitting(
         sample_sizes=np.array(sample_sizes),
         width=width,
         top_error=np.array(top_error),
+        bulk_error=np.array(bulk_error),
         slope=slope,
         population=population,
     )

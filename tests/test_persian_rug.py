@@ -205,6 +205,9 @@ def test_the_cut_part_of_the_on_term_agrees_with_monte_carlo_and_appendix_b():
             )
     with pytest.raises(ValueError, match="a"):
         th.macroscopic_cut(0.0, -0.1, 0.2)
+    # the rug's two kinds of error add up to its loss
+    decisions, values = th.rug_error_kinds(0.045, 0.25)
+    assert decisions + values == pytest.approx(th.rug_loss(0.045, 0.25)[0], rel=1e-9)
 
 
 def test_macroscopic_loss_agrees_with_monte_carlo():

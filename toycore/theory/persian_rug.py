@@ -251,6 +251,18 @@ def macroscopic_cut(a, b, sigma):
     return float(U_WEIGHTS @ (U_NODES**2 * ndtr(-(U_NODES + b / a) / sigma)))
 
 
+def rug_error_kinds(p, ratio):
+    """Section 5.2.1's two kinds of error, for the rug (ns -> ∞) at its optimal a and b: the
+    loss of the ReLU's wrong decisions, (1-p) L_off + p L_cut (noise passed where the feature
+    is off; an active feature cut to zero, appendix B's E_r), and the loss on the values it
+    passes, p (L_on - L_cut) (appendix B's E_ν): (decisions, values)."""
+    _, a, b = rug_loss(p, ratio)
+    sigma = np.sqrt(variance_bound(p, ratio))
+    off, on = _macroscopic_parts(a, b, sigma)
+    cut = macroscopic_cut(a, b, sigma)
+    return float((1 - p) * off + p * cut), float(p * (on - cut))
+
+
 def output_losses(a, b, sigma, p, chunk=256):
     """``macroscopic_loss`` of many outputs at once, elementwise over arrays a (nonzero), b,
     σ (> 0) and p of one shape, a chunk of outputs at a time (each integral holds 2000 nodes).

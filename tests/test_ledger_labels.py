@@ -32,6 +32,7 @@ SIZE_FUNCTIONS = {
     ("ex", "HEADLINE_DENSITY"),  # the headline's cell: Figure 3's p, and our nd/ns
     ("ex", "HEADLINE_RATIO"),
     ("ex", "FIGURE3_STEPS"),  # chapter 3: the authors' recipe for Figure 3
+    ("ex", "FEWER_COLLISIONS_ABOVE_N"),  # chapter 3: from which n the landings read Figure 3
 }
 
 

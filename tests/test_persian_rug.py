@@ -171,13 +171,20 @@ def test_loss_parts_split_a_models_loss_by_whether_each_feature_is_on():
     squared, on = (x - y) ** 2, x > 0
     assert np.allclose(parts.on, (squared * on).sum(1) / on.sum(1))
     assert np.allclose(parts.off, (squared * ~on).sum(1) / (~on).sum(1))
+    cut = on & (y == 0)  # the ReLU cut an active feature: the loss is x²
+    assert cut.any() and np.allclose(parts.cut, (x**2 * cut).sum(1) / on.sum(1))
     assert np.allclose(parts.diagonal, np.diagonal(W, axis1=1, axis2=2))
+    decisions = (1 - p) * parts.off.mean(-1) + p * parts.cut.mean(-1)
+    assert np.allclose(
+        ex.values_over_decisions(parts, p), p * (parts.on - parts.cut).mean(-1) / decisions
+    )
     makeup = ex.gap_makeup([parts], p, 0.25, weak_below=1.0)
     weak = parts.diagonal < 1.0
     loss = (1 - p) * parts.off + p * parts.on
     assert makeup.weak[0] == pytest.approx(weak.mean())
     assert makeup.weak_loss[0] == pytest.approx(loss[weak].sum() / loss.sum())
     assert makeup.off[0] == pytest.approx((1 - p) * parts.off.mean())
+    assert makeup.cut[0] == pytest.approx(p * parts.cut.mean())
 
 
 def test_interference_means_are_the_mean_push_from_the_other_features():
@@ -208,6 +215,8 @@ def test_the_cut_part_of_the_on_term_agrees_with_monte_carlo_and_appendix_b():
     # the rug's two kinds of error add up to its loss
     decisions, values = th.rug_error_kinds(0.045, 0.25)
     assert decisions + values == pytest.approx(th.rug_loss(0.045, 0.25)[0], rel=1e-9)
+    off, on, cut = th.rug_parts(0.045, 0.25)
+    assert 0 < cut < on and decisions == pytest.approx(0.955 * off + 0.045 * cut, rel=1e-12)
 
 
 def test_macroscopic_loss_agrees_with_monte_carlo():

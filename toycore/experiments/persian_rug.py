@@ -356,13 +356,18 @@ def density_course_words(medians, first, last):
 
 
 def values_words(trained, rug):
-    """Section 5.2.1's "the main error is in the values" read off p L_on / ((1-p) L_off): the
-    smallest over the trained models of the largest size (NaN: none the rule stopped) and the
-    rug's, as a sentence the prose can quote."""
+    """Section 5.2.1's "the main error is ... the actual values" read off
+    ``values_over_decisions``: the smallest over the trained models of the largest size (NaN:
+    none the rule stopped) and the rug's, as a sentence the prose can quote."""
+    parts = (
+        "the loss on the values the ReLU passes is {} times the loss of its wrong decisions "
+        "(noise passed where a feature is off, an active feature cut to zero)"
+    )
     if not np.isfinite(trained):
         return (
-            "No trained model of the largest size was stopped by the rule; for the rug the on "
-            f"part is {rug:.1f} times the off part."
+            "No trained model of the largest size was stopped by the rule; for the rug "
+            + parts.format(f"{rug:.2f}")
+            + "."
         )
     verdict = (
         "the main error is in the values of the features that are on, not in detecting which "
@@ -372,8 +377,9 @@ def values_words(trained, rug):
         "that are on, does not hold for both"
     )
     return (
-        f"For the trained models of the largest size the on part is at least {trained:.1f} times "
-        f"the off part, and for the rug {rug:.1f} times: {verdict}."
+        "For the trained models of the largest size "
+        + parts.format(f"at least {trained:.2f}")
+        + f", and for the rug {rug:.2f} times: {verdict}."
     )
 
 
@@ -898,11 +904,13 @@ def beats_linear(grid, levels, max_density, min_ratio, min_density=0.0):
 @dataclass(frozen=True)
 class LossParts:
     """Each output's loss, split by whether its feature is on (section 4.1's L_off and L_on),
-    for M models of one ns, measured on fresh data."""
+    and of L_on the part where the ReLU cuts the active feature to zero (appendix B's E_r), for
+    M models of one ns, measured on fresh data."""
 
     diagonal: np.ndarray  # (M, ns) W_ii
     off: np.ndarray  # (M, ns) E[(x_i - y_i)² | x_i = 0]
     on: np.ndarray  # (M, ns) E[(x_i - y_i)² | x_i > 0]
+    cut: np.ndarray  # (M, ns) E[x_i² 1(y_i = 0) | x_i > 0], a part of ``on``
 
 
 def _host_data(models, features, density, seed, purpose):
@@ -925,16 +933,28 @@ def loss_parts(W, b, density, samples=EVAL_SAMPLES, seed=0):
     W, b = torch.as_tensor(np.asarray(W), dtype=torch.float64), torch.as_tensor(np.asarray(b))
     models, features = W.shape[0], W.shape[-1]
     data = _host_data(models, features, density, seed, "parts")
-    error = torch.zeros(2, models, features, dtype=torch.float64)  # off, on: summed squares
-    count = torch.zeros(2, models, features, dtype=torch.float64)
+    # summed squares: off, on, and of on those the ReLU cut to zero
+    error = torch.zeros(3, models, features, dtype=torch.float64)
+    count = torch.zeros(3, models, features, dtype=torch.float64)
     for _ in range(samples // BATCH):
         x = data.sample(BATCH)  # (M, batch, ns)
         y = torch.relu(x @ W.transpose(-1, -2) + b[:, None, :].double())  # (M, batch, ns)
         squared, on = (x - y).square(), (x > 0).double()
-        error += torch.stack([(squared * (1 - on)).sum(1), (squared * on).sum(1)])
-        count += torch.stack([(1 - on).sum(1), on.sum(1)])
-    off, on = (error / count).numpy()
-    return LossParts(diagonal=np.diagonal(W.numpy(), axis1=-2, axis2=-1), off=off, on=on)
+        cut = squared * on * (y == 0)
+        error += torch.stack([(squared * (1 - on)).sum(1), (squared * on).sum(1), cut.sum(1)])
+        count += torch.stack([(1 - on).sum(1), on.sum(1), on.sum(1)])
+    off, on, cut = (error / count).numpy()
+    diagonal = np.diagonal(W.numpy(), axis1=-2, axis2=-1)
+    return LossParts(diagonal=diagonal, off=off, on=on, cut=cut)
+
+
+def values_over_decisions(parts, density):
+    """Section 5.2.1's "the main error is ... the actual values" of M models, each a number:
+    the loss where the ReLU passes an active feature, p (L_on - L_cut) (appendix B's E_ν),
+    over the loss of its wrong decisions, (1-p) L_off (passing noise when the feature is off)
+    + p L_cut (cutting it when on, appendix B's E_r); means over the outputs. (M,)"""
+    values = density * (parts.on - parts.cut).mean(-1)
+    return values / ((1 - density) * parts.off.mean(-1) + density * parts.cut.mean(-1))
 
 
 @dataclass(frozen=True)
@@ -1292,8 +1312,10 @@ class GapMakeup:
 
     off: np.ndarray  # (sizes,) (1-p) L_off, mean over outputs and seeds
     on: np.ndarray  # (sizes,) p L_on, the same
+    cut: np.ndarray  # (sizes,) p L_cut, the part of p L_on where the ReLU cuts, the same
     rug_off: float  # the rug's (1-p) L_off at the same p and nd/ns, ns -> ∞
     rug_on: float  # the rug's p L_on
+    rug_cut: float  # the rug's p L_cut
     weak: np.ndarray  # (sizes,) the share of outputs with W_ii below ``weak_below``
     weak_loss: np.ndarray  # (sizes,) the share of the loss that those outputs carry
     strong_loss: np.ndarray  # (sizes,) the others' mean loss over the rug's per-feature loss
@@ -1301,15 +1323,17 @@ class GapMakeup:
 
 def gap_makeup(parts, density, ratio, weak_below=0.5):
     """``GapMakeup`` from ``loss_parts`` of each ns (a list, smallest ns first)."""
-    loss, a, b = th.rug_loss(density, ratio)
-    rug_off, rug_on = th.macroscopic_parts(a, b, np.sqrt(th.variance_bound(density, ratio)))
+    loss = th.rug_loss(density, ratio)[0]
+    rug_off, rug_on, rug_cut = th.rug_parts(density, ratio)
     per_output = [(1 - density) * part.off + density * part.on for part in parts]  # (M, ns)
     weak = [part.diagonal < weak_below for part in parts]
     return GapMakeup(
         off=np.array([(1 - density) * part.off.mean() for part in parts]),
         on=np.array([density * part.on.mean() for part in parts]),
+        cut=np.array([density * part.cut.mean() for part in parts]),
         rug_off=(1 - density) * rug_off,
         rug_on=density * rug_on,
+        rug_cut=density * rug_cut,
         weak=np.array([w.mean() for w in weak]),
         weak_loss=np.array([(l * w).sum() / l.sum() for l, w in zip(per_output, weak)]),
         strong_loss=np.array([l[~w].mean() / loss for l, w in zip(per_output, weak)]),

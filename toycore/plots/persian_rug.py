@@ -286,13 +286,16 @@ def gap_explanation(head):
 
 def loss_parts(sizes, parts, makeup, density, rug_value):
     """What the gap is made of. Left: the off and on parts of the loss, (1-p) L_off and p L_on,
-    mean over seeds and outputs, against ns, with the rug's. Right: each output's loss against
-    its diagonal W_ii for the largest ns, one seed, with the rug's per-feature loss."""
+    and of p L_on the part where the ReLU cuts an active feature, p L_cut, mean over seeds and
+    outputs, against ns, with the rug's. Right: each output's loss against its diagonal W_ii
+    for the largest ns, one seed, with the rug's per-feature loss."""
     fig, (ax, bx) = figure(2, width=3.9, height=3.2)
     ax.plot(sizes, makeup.off, "o-", color="C0", label="trained: (1-p) L_off")
     ax.plot(sizes, makeup.on, "s-", color="C1", label="trained: p L_on")
+    ax.plot(sizes, makeup.cut, "^-", color="C2", label="trained: p L_cut")
     ax.axhline(makeup.rug_off, color="C0", ls=":", label="rug: (1-p) L_off")
     ax.axhline(makeup.rug_on, color="C1", ls=":", label="rug: p L_on")
+    ax.axhline(makeup.rug_cut, color="C2", ls=":", label="rug: p L_cut")
     ax.set(xscale="log", yscale="log", xlabel="ns", ylabel="loss per feature")
     label_log_axis(ax, sizes)
     ax.legend(fontsize=7, ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.2))

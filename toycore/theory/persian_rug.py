@@ -256,11 +256,17 @@ def rug_error_kinds(p, ratio):
     loss of the ReLU's wrong decisions, (1-p) L_off + p L_cut (noise passed where the feature
     is off; an active feature cut to zero, appendix B's E_r), and the loss on the values it
     passes, p (L_on - L_cut) (appendix B's E_ν): (decisions, values)."""
+    off, on, cut = rug_parts(p, ratio)
+    return float((1 - p) * off + p * cut), float(p * (on - cut))
+
+
+def rug_parts(p, ratio):
+    """The rug's (ns -> ∞) L_off, L_on and the part of L_on where the ReLU cuts an active
+    feature, L_cut, at its optimal a and b."""
     _, a, b = rug_loss(p, ratio)
     sigma = np.sqrt(variance_bound(p, ratio))
     off, on = _macroscopic_parts(a, b, sigma)
-    cut = macroscopic_cut(a, b, sigma)
-    return float((1 - p) * off + p * cut), float(p * (on - cut))
+    return float(off), float(on), macroscopic_cut(a, b, sigma)
 
 
 def output_losses(a, b, sigma, p, chunk=256):

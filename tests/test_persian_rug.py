@@ -573,10 +573,13 @@ def test_the_prose_reads_directions_off_the_numbers_not_off_our_expectations():
     assert ex.values_words(3.8, 5.1).endswith("as section 5.2.1 says.")
     assert ex.values_words(0.8, 5.1).endswith("does not hold for both.")
     assert ex.values_words(float("nan"), 5.1).startswith("No trained model")
-    held, failed = {"passed": True}, {"passed": False}
-    assert "singles out the first ratio" in ex.other_ratio_words(held, held)
+    held, failed = {"passed": True, "outside_regime": ""}, {"passed": False, "outside_regime": ""}
+    assert "fits the trained models of the first" in ex.other_ratio_words(held, held)
     assert "fits neither" in ex.other_ratio_words(failed, held)
     assert "does not rule out the second" in ex.other_ratio_words(held, failed)
+    assert "does not rule out the second" in ex.other_ratio_words(failed, failed)
+    outside = dict(held, outside_regime="ns = 256: the sweep stops short of the text's 512")
+    assert "test nothing" in ex.other_ratio_words(outside, outside)
     falls = ex.density_course_words({0.01: (0.2, 0.25), 0.05: (0.1, 0.05)}, 32, 128)
     assert falls == (
         "from ns = 32 to 128 the median over each p's cells falls at p = 0.05 and not at p = 0.01"

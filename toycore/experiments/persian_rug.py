@@ -358,10 +358,15 @@ def density_course_words(medians, first, last):
 def other_ratio_words(headline, other):
     """What the rows ``fig3.diagonal`` (``headline``, at nd/ns = 0.25) and ``fig3.other_ratio``
     (``other``) say of the nd that Figure 3 leaves out, as a clause."""
+    if other["outside_regime"]:
+        return "at this size the rows test nothing, for the caption's model has ns = 512"
     if not other["passed"]:
         return "the caption's diagonal does not rule out the second ratio"
     if headline["passed"]:
-        return "the caption's diagonal singles out the first ratio, the one we train at"
+        return (
+            "of the two ratios, the caption's diagonal fits the trained models of the first, "
+            "the one we train at, within that tolerance, and not those of the second"
+        )
     return "the caption's diagonal fits neither ratio's trained models"
 
 

@@ -572,6 +572,8 @@ def test_the_prose_reads_directions_off_the_numbers_not_off_our_expectations():
     assert ex.approach_words({128: 1.1, 256: float("nan")}).startswith("cannot be followed")
     assert ex.values_words(3.8, 5.1).endswith("as section 5.2.1 says.")
     assert ex.values_words(0.8, 5.1).endswith("does not hold for both.")
+    below = ex.values_words(0.8, 5.1, outside="p·ns = 23, below the regime")
+    assert below.endswith("outside the text's regime: p·ns = 23, below the regime).")
     assert ex.values_words(float("nan"), 5.1).startswith("No trained model")
     held, failed = {"passed": True, "outside_regime": ""}, {"passed": False, "outside_regime": ""}
     assert "fits the trained models of the first" in ex.other_ratio_words(held, held)

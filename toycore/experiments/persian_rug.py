@@ -370,10 +370,11 @@ def other_ratio_words(headline, other):
     return "the caption's diagonal fits neither ratio's trained models"
 
 
-def values_words(trained, rug):
+def values_words(trained, rug, outside=""):
     """Section 5.2.1's "the main error is ... the actual values" read off
     ``values_over_decisions``: the smallest over the trained models of the largest size (NaN:
-    none the rule stopped) and the rug's, as a sentence the prose can quote."""
+    none the rule stopped) and the rug's, as a sentence the prose can quote; ``outside``: why
+    that size lies outside the text's regime (the row's label), said with the verdict."""
     parts = (
         "the loss on the values the ReLU passes is {} times the loss of its wrong decisions "
         "(noise passed where a feature is off, an active feature cut to zero)"
@@ -387,14 +388,17 @@ def values_words(trained, rug):
     verdict = (
         "the main error is in the values of the features that are on, not in detecting which "
         "are on, as section 5.2.1 says"
-        if trained > 1 and rug > 1
+        if trained >= 1 and rug >= 1
         else "section 5.2.1's reading, that the main error is in the values of the features "
         "that are on, does not hold for both"
+    )
+    where = (
+        f" (the trained models' size lies outside the text's regime: {outside})" if outside else ""
     )
     return (
         "For the trained models of the largest size "
         + parts.format(f"at least {trained:.2f}")
-        + f", and for the rug {rug:.2f} times: {verdict}."
+        + f", and for the rug {rug:.2f} times: {verdict}{where}."
     )
 
 

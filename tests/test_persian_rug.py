@@ -562,10 +562,14 @@ def test_the_prose_reads_directions_off_the_numbers_not_off_our_expectations():
     # each direction is computed, so a build or a record that turns it turns the words
     assert ex.course_words({128: 0.3, 256: 0.5}) == "grows with ns"
     assert ex.course_words({128: 0.5, 256: 0.3, 512: 0.4}) == "does not move one way with ns"
-    parts = ex.loss_parts_words({256: 0.36, 512: 0.5}, {256: 1.2, 512: 1.1})
+    parts = ex.loss_parts_words({256: 0.36, 512: 0.5}, {256: 1.2, 512: 1.1}, {256: 2.0, 512: 1.5})
     assert parts.startswith("the off part lies below the rug's at every size (0.36 of it at ns")
     assert "the on part lies above the rug's at every size" in parts and "shrinks with" in parts
-    mixed = ex.loss_parts_words({256: 0.9, 512: 1.1}, {256: 1.0, 512: 1.0})
+    assert parts.endswith(
+        "cuts to zero lies above the rug's at every size (2.00 of it at ns = "
+        "256, 1.50 at 512) and shrinks with ns."
+    )
+    mixed = ex.loss_parts_words({256: 0.9, 512: 1.1}, {256: 1.0, 512: 1.0}, {256: 1.0, 512: 1.0})
     assert "at some sizes and above it at others" in mixed and "not move one way" in mixed
     assert ex.approach_words({128: 1.3, 256: 0.9}) == "comes toward the rug's loss as ns grows"
     assert ex.approach_words({128: 1.1, 256: 0.7}) == "moves away from the rug's loss as ns grows"

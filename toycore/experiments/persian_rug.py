@@ -317,16 +317,22 @@ def _side_of_one(ratios):
     return "below the rug's at some sizes and above it at others"
 
 
-def loss_parts_words(off, on):
-    """How the trained models' two parts of the loss compare with the rug's, per ns ({ns:
-    part / the rug's part}, smallest ns first, for (1-p) L_off and p L_on), as sentences the
-    prose can quote: on which side of the rug's each lies and how it moves as ns grows."""
-    first, last = min(off), max(off)
+def loss_parts_words(off, on, cut):
+    """How the trained models' parts of the loss compare with the rug's, per ns ({ns: part /
+    the rug's part}, smallest ns first, for (1-p) L_off, p L_on and its part p L_cut), as a
+    sentence the prose can quote: on which side of the rug's each lies and how it moves as ns
+    grows."""
+
+    def part(name, ratios):
+        first, last = min(ratios), max(ratios)
+        return (
+            f"{name} lies {_side_of_one(ratios)} ({ratios[first]:.2f} of it at ns = {first}, "
+            f"{ratios[last]:.2f} at {last}) and {course_words(ratios)}"
+        )
+
     return (
-        f"the off part lies {_side_of_one(off)} ({off[first]:.2f} of it at ns = {first}, "
-        f"{off[last]:.2f} at {last}) and {course_words(off)}; the on part lies "
-        f"{_side_of_one(on)} ({on[first]:.2f} of it at ns = {first}, {on[last]:.2f} at {last}) "
-        f"and {course_words(on)}."
+        f"{part('the off part', off)}; {part('the on part', on)}; of the on part, "
+        f"{part('the loss of the features the ReLU cuts to zero', cut)}."
     )
 
 

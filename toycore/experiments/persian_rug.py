@@ -168,6 +168,30 @@ def size_sweep(sizes, density, ratio, seeds, *, max_steps=45_000):
     return sweep
 
 
+def trained_longer(point, factor):
+    """The models of ``point`` (a ``SweepPoint``) that the rule stopped, each trained on from
+    where it stopped (``train_on``: the data and Adam its run would have had next) to ``factor``
+    times the steps the rule gave it, one shard each. Returns their W (models, ns, ns) and
+    b (models, ns)."""
+    if not factor > 1:
+        raise ValueError(f"factor must exceed 1 (the rule's own steps); got {factor!r}")
+    stopped = np.nonzero(point.converged)[0]
+    if not len(stopped):
+        raise ValueError("no model of this point was stopped by the rule: none to train on")
+    calls = [
+        ((point.states[k],), dict(steps=int(np.ceil(factor * point.steps[k])))) for k in stopped
+    ]
+    runs = shards.run(train_on, calls, f"{len(calls)} models trained on")
+    return np.concatenate([run.W for run in runs]), np.concatenate([run.b for run in runs])
+
+
+def distance_outside(value, one_end, other_end):
+    """How far ``value`` lies outside the span between two ends, in either order: positive
+    outside, zero on an end, negative inside (minus the distance to the nearer end)."""
+    low, high = min(one_end, other_end), max(one_end, other_end)
+    return max(low - value, value - high)
+
+
 # Appendix A's negative diagonal elements reach far below zero where most features cannot be
 # represented: in the cpu profile's grid, at its sparsest p and smallest nd/ns. Those cells by
 # their values, for every profile (the texts' grid goes sparser and smaller).
@@ -1067,6 +1091,9 @@ FIGURE3_DIAGONAL = 1.29
 FIGURE3_BIAS = -0.18
 # ... each read as within 5% (ours)
 FIGURE3_TOLERANCE = 0.05
+# Where the stopping rule ends a run, is Figure 3's bias still on its way? Each model is trained
+# on to this many times its steps (ours), and the caption's bias looked for on that way.
+FIGURE3_LONGER = 2
 # "Trained models lose what the rug loses" read as within 5% (ours), from both sides.
 HEADLINE_TOLERANCE = 0.05
 # An output whose diagonal W_ii is below this has given its feature up (a dead output)

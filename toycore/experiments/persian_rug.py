@@ -1380,8 +1380,8 @@ class GapMakeup:
 
 def gap_makeup(parts, density, ratio, weak_below=0.5):
     """``GapMakeup`` from ``loss_parts`` of each ns (a list, smallest ns first)."""
-    loss = th.rug_loss(density, ratio)[0]
     rug_off, rug_on, rug_cut = th.rug_parts(density, ratio)
+    loss = (1 - density) * rug_off + density * rug_on  # the rug's loss, from its parts
     per_output = [(1 - density) * part.off + density * part.on for part in parts]  # (M, ns)
     weak = [part.diagonal < weak_below for part in parts]
     return GapMakeup(

@@ -740,15 +740,19 @@ def test_the_stopping_rule_test_trains_early_runs_on_from_where_they_stopped(tmp
         assert ex.headline_holds(trained, rug).tolist() == [True, False, False]
 
 
-def test_figure3s_models_trained_on_are_their_runs_had_the_rule_not_stopped(tmp_path, monkeypatch):
+def test_figure3s_models_trained_on_are_their_uninterrupted_runs_and_bad_input_is_refused(
+    tmp_path, monkeypatch
+):
     monkeypatch.setenv("TOYCORE_CACHE", str(tmp_path))  # computed afresh, not served
     point = ex.size_sweep([32], 0.1, 0.25, [0, 1])[32]
-    assert point.converged.all()
+    assert point.converged.all() and point.steps[0] != point.steps[1]  # an index mix-up shows
     W, b = ex.trained_longer(point, 1.5)
     assert W.shape == (2, 32, 32) and b.shape == (2, 32)
-    steps = int(np.ceil(1.5 * point.steps[1]))
-    uninterrupted = rt.train_group.uncached(32, [0.1], 8, [1], steps=steps)
-    assert np.array_equal(b[1], uninterrupted.b[0]) and not np.array_equal(b[1], point.b[1])
+    for k, seed in enumerate([0, 1]):
+        steps = int(np.ceil(1.5 * point.steps[k]))
+        uninterrupted = rt.train_group.uncached(32, [0.1], 8, [seed], steps=steps)
+        assert np.array_equal(W[k], uninterrupted.W[0]) and np.array_equal(b[k], uninterrupted.b[0])
+        assert not np.array_equal(b[k], point.b[k])
     with pytest.raises(ValueError, match="factor must exceed 1"):
         ex.trained_longer(point, 1)
     capped = SimpleNamespace(converged=np.array([False]), states=[None], steps=np.array([9]))
@@ -761,6 +765,8 @@ def test_a_value_outside_a_span_is_positive_on_an_end_zero_inside_negative():
     assert ex.distance_outside(-0.18, -0.19, -0.16) == pytest.approx(-0.01)  # either order
     assert ex.distance_outside(-0.18, -0.16, -0.17) == pytest.approx(0.01)
     assert ex.distance_outside(-0.18, -0.18, -0.15) == 0
+    with pytest.raises(ValueError, match="no NaN"):
+        ex.distance_outside(-0.18, -0.16, np.nan)
 
 
 def test_the_headline_figure_adds_the_records_sizes_and_passes_over_its_trend_row():

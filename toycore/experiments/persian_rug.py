@@ -188,6 +188,8 @@ def trained_longer(point, factor):
 def distance_outside(value, one_end, other_end):
     """How far ``value`` lies outside the span between two ends, in either order: positive
     outside, zero on an end, negative inside (minus the distance to the nearer end)."""
+    if np.isnan([value, one_end, other_end]).any():
+        raise ValueError(f"no NaN: value {value}, ends {one_end} and {other_end}")
     low, high = min(one_end, other_end), max(one_end, other_end)
     return max(low - value, value - high)
 

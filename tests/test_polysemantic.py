@@ -208,6 +208,36 @@ def test_forced_collisions_share_the_largest_coordinate():
     assert torch.allclose(benign[rows, 0, k], 1.5 * initial[rows, 0, k])
 
 
+def test_forced_collisions_alone_leave_the_two_rows_sharing_only_k():
+    initial = ex.initial_weights(2, 20, [0, 1, 2])
+    benign, malign, k = ex.forced_collisions(initial, lead=1.5, alone=True)
+    together, _, _ = ex.forced_collisions(initial, lead=1.5)
+    rows = torch.arange(3)
+    for start in (benign, malign):
+        both = (start[:, 0] != 0) & (start[:, 1] != 0)  # (seeds, m)
+        assert torch.equal(both.nonzero()[:, 1], k)  # one shared coordinate per seed: k
+        assert torch.equal(start[:, 0].abs().argmax(-1), k)
+        assert torch.equal(start[:, 1].abs().argmax(-1), k)
+    # besides k, each row is the one that shares every coordinate, on its own half
+    odd = torch.arange(20) % 2 == 1
+    kept = together.clone()
+    kept[:, 0, odd] = 0
+    kept[:, 1, ~odd] = 0
+    kept[rows, :, k] = together[rows, :, k]
+    assert torch.equal(benign, kept)
+
+
+def test_closer_to_a_tie_is_a_one_sided_rank_test_and_empty_groups_give_no_evidence():
+    ratios = np.array([0.99, 0.98, 0.97, 0.6, 0.5, 0.7, 0.65, 0.55])
+    ties = np.array([True, True, True, False, False, False, False, False])
+    assert ex.closer_to_a_tie(ratios, ties, ~ties) < 0.05
+    assert ex.closer_to_a_tie(ratios, ~ties, ties) > 0.95  # one-sided
+    assert ex.closer_to_a_tie(ratios, np.zeros(8, bool), ties) == 1.0
+    start = torch.tensor([[0.5, 0.7], [0.7, 0.7], [-0.2, -0.8]])
+    runs = ex.Collisions(time=np.array([0.0]), shared={"malign": start[None]})
+    np.testing.assert_allclose(ex.start_ratios(runs), [5 / 7, 1.0, 0.25])
+
+
 def test_split_neurons_keeps_the_gram_matrix():
     W = th.paired(4, 6, sign=-1)[None].clone()
     starts, features, source, columns = ex.split_neurons(W, noise=0.0, seed=0)

@@ -123,6 +123,9 @@ POLYSEMANTIC = dict(
         size_seeds=range(8),  # seeds of the same ODE at m = 10⁴, 10⁵ and 10⁶ (Appendix B)
         # gradient descent standing in for the gradient flow: the threshold and the overlaps
         flow=dict(n=32, m=128, seeds=range(4), l1=0.01, steps=4000, lr=0.05),
+        # the text's malign collision, two encodings alone sharing one coordinate, at the
+        # flow's m: the larger weight loses it only near a tie, in a few seeds in a hundred
+        alone_seeds=range(64),
         law=dict(n=64, ms=[64, 128, 256], seeds=range(8)),  # Figure 3's sweep over m
         # section 5's proposed fix, on at most per_model polysemantic neurons of each source model
         split=dict(seeds=range(16), steps=6000, per_model=16),
@@ -137,6 +140,7 @@ POLYSEMANTIC = dict(
         ode_seeds=range(4),
         size_seeds=range(8),
         flow=dict(n=64, m=256, seeds=range(16), l1=0.01, steps=4000, lr=0.05),
+        alone_seeds=range(256),
         law=dict(n=64, ms=[64, 128, 256, 512, 1024], seeds=range(16)),
         split=dict(seeds=range(16), steps=10000, per_model=16),
         explorer=dict(n=32, ms=[32, 64, 128], l1s=[3e-4, 1e-3, 3e-3, 1e-2], steps=7500),
@@ -148,6 +152,7 @@ POLYSEMANTIC = dict(
         ode_seeds=range(8),
         size_seeds=range(16),
         flow=dict(n=128, m=512, seeds=range(16), l1=0.01, steps=4000, lr=0.05),
+        alone_seeds=range(1024),
         # the authors' collisions.py: m from 256 to 4096 in steps of 256, sixteen sizes
         law=dict(n=256, ms=list(range(256, 4097, 256)), seeds=range(16)),
         # n = m = 256 models have about n²/(4m) = 64 polysemantic neurons each, and one run

@@ -852,22 +852,28 @@ def _instances_from(W, l1):
     return model
 
 
-def forced_collisions(initial, lead=1.0):
+def forced_collisions(initial, lead=1.0, alone=False):
     """Make features 0 and 1 share their largest coordinate, with opposite signs (benign) and
     with the same sign (malign): feature 1's largest entry is swapped into feature 0's largest
     coordinate k, and its sign set. ``lead`` > 1 scales both shared entries up so that, without
-    interference, they would surely win their races. ``initial``: (seeds, n, m). Returns the
-    benign and the malign starts (each (seeds, n, m)) and k (seeds,)."""
+    interference, they would surely win their races. ``alone``: the text's case, two rows that
+    share only k: feature 0 keeps its other even-numbered coordinates, feature 1 its odd ones,
+    the rest set to zero. ``initial``: (seeds, n, m). Returns the benign and the malign starts
+    (each (seeds, n, m)) and k (seeds,)."""
     if not lead >= 1:
         raise ValueError(f"lead must be >= 1; got {lead!r}")
     W = torch.as_tensor(initial, dtype=DTYPE)
     rows = torch.arange(len(W))
     k = W[:, 0].abs().argmax(-1)
     largest = W[:, 1].abs().argmax(-1)
+    odd = torch.arange(W.shape[-1]) % 2 == 1  # (m,)
     starts = []
     for sign in (-1.0, 1.0):
         start = W.clone()
         start[rows, 1, largest] = W[rows, 1, k]  # the swap; entry k is set below
+        if alone:
+            start[:, 0, odd] = 0
+            start[:, 1, ~odd] = 0
         start[rows, 0, k] = lead * W[rows, 0, k]
         start[rows, 1, k] = sign * lead * W[rows, 1, largest].abs() * W[rows, 0, k].sign()
         starts.append(start)
@@ -883,10 +889,11 @@ class Collisions:
 
 
 @cached
-def collision_runs(features, hidden, seeds, l1, *, steps, lr, lead=1.0, records=60):
-    """Gradient descent from the benign and the malign forced collision of each seed, recording
-    both features' weights on the shared neuron k over time."""
-    benign, malign, k = forced_collisions(initial_weights(features, hidden, seeds), lead)
+def collision_runs(features, hidden, seeds, l1, *, steps, lr, lead=1.0, alone=False, records=60):
+    """Gradient descent from the benign and the malign forced collision of each seed
+    (``forced_collisions``), recording both features' weights on the shared neuron k over
+    time."""
+    benign, malign, k = forced_collisions(initial_weights(features, hidden, seeds), lead, alone)
     model = _instances_from(torch.cat([benign, malign]).float(), l1)
     device = model.W.device
     both = torch.cat([k, k]).to(device)
@@ -1511,6 +1518,23 @@ def keep_shared(runs, kind):
     """Per seed of ``collision_runs``: how many of the two features end on the shared neuron
     (|weight| in [0.8, 1.2]). kind: "benign" or "malign"."""
     return th.representing(runs.shared[kind][-1]).sum(-1).numpy()
+
+
+def start_ratios(runs, kind="malign"):
+    """Per seed of ``collision_runs``: the smaller of the two shared weights over the larger, in
+    size, at the start (1: a tie). (seeds,)"""
+    start = torch.as_tensor(runs.shared[kind][0]).abs()  # (seeds, 2)
+    return (start.min(-1).values / start.max(-1).values).numpy()
+
+
+def closer_to_a_tie(ratios, some, others):
+    """How surely the seeds ``some`` (a boolean mask over ``ratios``, from ``start_ratios``)
+    start closer to a tie than the seeds ``others``: the one-sided Mann-Whitney p that their
+    ratios are larger; 1 (no evidence) where either group is empty."""
+    ratios = np.asarray(ratios)
+    if not (np.any(some) and np.any(others)):
+        return 1.0
+    return float(stats.mannwhitneyu(ratios[some], ratios[others], alternative="greater").pvalue)
 
 
 def malign_keepers(runs):

@@ -213,7 +213,8 @@ def test_forced_collisions_alone_leave_the_two_rows_sharing_only_k():
     benign, malign, k = ex.forced_collisions(initial, lead=1.5, alone=True)
     together, _, _ = ex.forced_collisions(initial, lead=1.5)
     rows = torch.arange(3)
-    for start in (benign, malign):
+    for start, sign in ((benign, -1), (malign, 1)):
+        assert torch.all(start[rows, 0, k].sign() * start[rows, 1, k].sign() == sign)
         both = (start[:, 0] != 0) & (start[:, 1] != 0)  # (seeds, m)
         assert torch.equal(both.nonzero()[:, 1], k)  # one shared coordinate per seed: k
         assert torch.equal(start[:, 0].abs().argmax(-1), k)
@@ -225,14 +226,21 @@ def test_forced_collisions_alone_leave_the_two_rows_sharing_only_k():
     kept[:, 1, ~odd] = 0
     kept[rows, :, k] = together[rows, :, k]
     assert torch.equal(benign, kept)
+    kept[rows, 1, k] = -kept[rows, 1, k]  # the malign start: the other sign at k
+    assert torch.equal(malign, kept)
 
 
-def test_closer_to_a_tie_is_a_one_sided_rank_test_and_empty_groups_give_no_evidence():
+def test_start_ratios_and_closer_to_a_tie_a_one_sided_rank_test_empty_groups_no_evidence():
     ratios = np.array([0.99, 0.98, 0.97, 0.6, 0.5, 0.7, 0.65, 0.55])
     ties = np.array([True, True, True, False, False, False, False, False])
     assert ex.closer_to_a_tie(ratios, ties, ~ties) < 0.05
     assert ex.closer_to_a_tie(ratios, ~ties, ties) > 0.95  # one-sided
     assert ex.closer_to_a_tie(ratios, np.zeros(8, bool), ties) == 1.0
+    assert ex.closer_to_a_tie(ratios, ties, np.zeros(8, bool)) == 1.0
+    with pytest.raises(ValueError, match="boolean mask"):
+        ex.closer_to_a_tie(ratios, [0, 1, 2], ties)  # positions, not a mask
+    with pytest.raises(ValueError, match="boolean mask"):
+        ex.closer_to_a_tie(ratios, ties[:4], ties)
     start = torch.tensor([[0.5, 0.7], [0.7, 0.7], [-0.2, -0.8]])
     runs = ex.Collisions(time=np.array([0.0]), shared={"malign": start[None]})
     np.testing.assert_allclose(ex.start_ratios(runs), [5 / 7, 1.0, 0.25])

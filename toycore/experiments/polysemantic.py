@@ -857,9 +857,9 @@ def forced_collisions(initial, lead=1.0, alone=False):
     with the same sign (malign): feature 1's largest entry is swapped into feature 0's largest
     coordinate k, and its sign set. ``lead`` > 1 scales both shared entries up so that, without
     interference, they would surely win their races. ``alone``: the text's case, two rows that
-    share only k: feature 0 keeps its other even-numbered coordinates, feature 1 its odd ones,
-    the rest set to zero. ``initial``: (seeds, n, m). Returns the benign and the malign starts
-    (each (seeds, n, m)) and k (seeds,)."""
+    share only k: besides k, feature 0 keeps its even-numbered coordinates and feature 1 its
+    odd ones, the rest set to zero. ``initial``: (seeds, n, m). Returns the benign and the
+    malign starts (each (seeds, n, m)) and k (seeds,)."""
     if not lead >= 1:
         raise ValueError(f"lead must be >= 1; got {lead!r}")
     W = torch.as_tensor(initial, dtype=DTYPE)
@@ -1531,8 +1531,14 @@ def closer_to_a_tie(ratios, some, others):
     """How surely the seeds ``some`` (a boolean mask over ``ratios``, from ``start_ratios``)
     start closer to a tie than the seeds ``others``: the one-sided Mann-Whitney p that their
     ratios are larger; 1 (no evidence) where either group is empty."""
-    ratios = np.asarray(ratios)
-    if not (np.any(some) and np.any(others)):
+    ratios, some, others = np.asarray(ratios), np.asarray(some), np.asarray(others)
+    for name, mask in (("some", some), ("others", others)):
+        if mask.dtype != bool or mask.shape != ratios.shape:
+            raise ValueError(
+                f"{name} must be a boolean mask of the ratios' shape {ratios.shape}; "
+                f"got {mask.dtype} of shape {mask.shape}"
+            )
+    if not (some.any() and others.any()):
         return 1.0
     return float(stats.mannwhitneyu(ratios[some], ratios[others], alternative="greater").pvalue)
 
